@@ -1,0 +1,52 @@
+# distautograd: build, test, demo, bench. `make help` lists the targets.
+GO      ?= go
+PYTHON  ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+BUILD   := build
+SONAME  := libdistautograd.so.0
+LIB     := $(BUILD)/libdistautograd.so
+GOSRC   := $(wildcard *.go container/*.go)
+CSRC    := capi.c capi_internal.h include/distautograd.h libdistautograd.map
+LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-soname,$(SONAME)'
+
+export GOFLAGS := -buildvcs=false
+
+.PHONY: all help test lint test-go test-python demo bench fuzz clean
+
+all: $(LIB) ## build build/libdistautograd.so and copy the headers beside it
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(BUILD)/$(SONAME): $(GOSRC) $(CSRC) go.mod go.sum
+	@mkdir -p $(BUILD)
+	$(GO) build -buildmode=c-shared -trimpath -ldflags "$(LDFLAGS)" -o $@ .
+	@# cgo writes the prototypes of the Go side beside the library; the ABI
+	@# contract test reads it, nobody includes it.
+	mv $(BUILD)/$(SONAME:.so.0=.so.h) $(BUILD)/cgo_generated.h 2>/dev/null || mv $(BUILD)/$(SONAME).h $(BUILD)/cgo_generated.h
+	cp include/distautograd.h* $(BUILD)/
+
+$(LIB): $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $@
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+test-go: $(LIB) ## the Go tests with the race detector, the C/C++ ABI tests among them
+	$(GO) test -race -count=1 ./...
+
+test-python: $(LIB) ## the Python unit tests and the differential suite against torch
+	@if [ -d python_bindings/tests ]; then \
+	  PYTHONPATH=python_bindings DISTAUTOGRAD_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) -m unittest discover -v -s python_bindings/tests -t python_bindings; \
+	fi
+
+test: lint test-go test-python ## everything that must pass
+
+demo: $(LIB) ## a training runtime's worker, acted out in C
+	@mkdir -p $(BUILD)
+	$(CC) -std=c99 -Wall -Wextra -Werror -O2 -Iinclude examples/demo.c -L$(BUILD) -ldistautograd -Wl,-rpath,'$$ORIGIN' -lpthread -o $(BUILD)/demo
+	$(BUILD)/demo
+
+clean: ## remove build outputs
+	rm -rf $(BUILD)
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

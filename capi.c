@@ -1,0 +1,329 @@
+/* capi.c: the public dac_* functions. They hold what Go cannot: the calling
+** thread's current context id and last error (C thread-local storage), and
+** the fork guard. Everything else they pass to the dacgo_* functions of
+** export.go, one Go call per operation; the functions that only read or
+** write the current id never enter Go at all. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "capi_internal.h"
+#include "_cgo_export.h"
+
+/* The calling thread's current context id: the native thread_local. */
+static __thread int64_t tls_current = DAC_INVALID_ID;
+/* The calling thread's last error. */
+static __thread dac_error_slot tls_error;
+
+/* Set once dac_init succeeded; read by the functions that never enter Go. */
+static int c_initialized;
+/* Set in a child process after fork(): the Go runtime did not come along. */
+static volatile int c_forked;
+
+static void on_fork_child(void) { c_forked = 1; }
+
+__attribute__((constructor)) static void dac_c_setup(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+static int fail(int code, const char *fn, const char *what) {
+	tls_error.code = code;
+	snprintf(tls_error.msg, sizeof tls_error.msg, "distautograd: %s: %s", fn, what);
+	return code;
+}
+
+static int forked(const char *fn) {
+	return fail(DAC_ERR_FORKED, fn,
+	            "the library was loaded before fork() and cannot be used in the child process "
+	            "(the Go runtime does not survive fork); load it after fork, or use the 'spawn' "
+	            "start method");
+}
+
+#define GUARD_FORK()                              \
+	do {                                          \
+		if (__builtin_expect(c_forked, 0))        \
+			return forked(__func__);              \
+	} while (0)
+
+#define CHECK_OUT(p)                                          \
+	do {                                                      \
+		if ((p) == NULL)                                      \
+			return fail(DAC_ERR_INVALID_ARGUMENT, __func__,   \
+			            #p " must not be NULL");              \
+	} while (0)
+
+/* For the functions that never enter Go: the native "Need to initialize". */
+static int check_initialized(void) {
+	if (__builtin_expect(__atomic_load_n(&c_initialized, __ATOMIC_ACQUIRE), 1))
+		return DAC_OK;
+	return dacgo_fill_error(DAC_ERR_NOT_INITIALIZED, &tls_error);
+}
+
+#define GUARD_INIT()                          \
+	do {                                      \
+		int rc_ = check_initialized();        \
+		if (rc_ != DAC_OK)                    \
+			return rc_;                       \
+	} while (0)
+
+static dac_context *to_ptr(uint64_t h) { return (dac_context *)(uintptr_t)h; }
+static uint64_t to_handle(dac_context *p) { return (uint64_t)(uintptr_t)p; }
+
+/* ---- Library ---- */
+
+const char *dac_version(void) { return DAC_VERSION_STRING; }
+
+int dac_version_number(void) { return DAC_VERSION_NUMBER; }
+
+const char *dac_status_string(int status) {
+	static const char *const names[] = {
+	    "DAC_OK",         "DAC_ERR_NOT_INITIALIZED", "DAC_ERR_INVALID_ARGUMENT", "DAC_ERR_ALREADY_INITIALIZED",
+	    "DAC_ERR_NO_CURRENT_CONTEXT", "DAC_ERR_NOT_FOUND", "DAC_ERR_ALREADY_HAS_CONTEXT", "DAC_ERR_EXHAUSTED",
+	    "DAC_ERR_BAD_HANDLE", "DAC_ERR_LIMIT",     "DAC_ERR_FORKED",           "DAC_ERR_INTERNAL",
+	    "DAC_ERR_UNSUPPORTED",
+	};
+	if (status < 0 || (size_t)status >= sizeof names / sizeof names[0])
+		return "DAC_UNKNOWN";
+	return names[status];
+}
+
+const char *dac_last_error(void) { return tls_error.msg; }
+
+int dac_last_status(void) { return tls_error.code; }
+
+/* ---- Container ---- */
+
+int dac_init(int64_t worker_id) {
+	GUARD_FORK();
+	int rc = dacgo_init(worker_id, &tls_error);
+	if (rc == DAC_OK)
+		__atomic_store_n(&c_initialized, 1, __ATOMIC_RELEASE);
+	return rc;
+}
+
+int dac_worker_id(int32_t *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	return dacgo_worker_id(out, &tls_error);
+}
+
+int dac_max_id(int64_t *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	return dacgo_max_id(out, &tls_error);
+}
+
+int dac_num_contexts(int64_t *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	return dacgo_num_contexts(out, &tls_error);
+}
+
+int dac_new_autograd_message_id(int64_t *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	return dacgo_new_autograd_message_id(out, &tls_error);
+}
+
+int dac_debug_info(char *buf, size_t capacity, size_t *length) {
+	GUARD_FORK();
+	CHECK_OUT(length);
+	if (buf == NULL && capacity != 0)
+		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "buf must not be NULL when capacity is not 0");
+	return dacgo_debug_info(buf, capacity, length, &tls_error);
+}
+
+int dac_set_max_contexts(int64_t max_contexts) {
+	GUARD_FORK();
+	return dacgo_set_max_contexts(max_contexts, &tls_error);
+}
+
+/* ---- Contexts ---- */
+
+int dac_context_new(dac_context **out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	uint64_t h = 0;
+	int rc = dacgo_context_new(&tls_current, &h, &tls_error);
+	if (rc == DAC_OK)
+		*out = to_ptr(h);
+	return rc;
+}
+
+int dac_context_current(dac_context **out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	uint64_t h = 0;
+	int rc = dacgo_context_current(tls_current, &h, &tls_error);
+	if (rc == DAC_OK)
+		*out = to_ptr(h);
+	return rc;
+}
+
+int dac_context_retrieve(int64_t context_id, dac_context **out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	uint64_t h = 0;
+	int rc = dacgo_context_retrieve(context_id, 0, &h, &tls_error);
+	if (rc == DAC_OK)
+		*out = to_ptr(h);
+	return rc;
+}
+
+int dac_context_retrieve_if_present(int64_t context_id, dac_context **out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	uint64_t h = 0;
+	int rc = dacgo_context_retrieve(context_id, 1, &h, &tls_error);
+	if (rc == DAC_OK)
+		*out = to_ptr(h);
+	return rc;
+}
+
+int dac_context_get_or_create(int64_t context_id, dac_context **out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	uint64_t h = 0;
+	int rc = dacgo_context_get_or_create(context_id, &h, &tls_error);
+	if (rc == DAC_OK)
+		*out = to_ptr(h);
+	return rc;
+}
+
+int dac_context_is_valid(int64_t context_id) {
+	GUARD_FORK();
+	return dacgo_context_is_valid(context_id, &tls_error);
+}
+
+int dac_context_release(int64_t context_id) {
+	GUARD_FORK();
+	return dacgo_context_release(&tls_current, context_id, 0, NULL, &tls_error);
+}
+
+int dac_context_release_if_present(int64_t context_id, int *released) {
+	GUARD_FORK();
+	return dacgo_context_release(&tls_current, context_id, 1, released, &tls_error);
+}
+
+int dac_release_contexts_of_worker(int32_t worker_id, int64_t *released) {
+	GUARD_FORK();
+	return dacgo_release_contexts_of_worker(worker_id, released, &tls_error);
+}
+
+int dac_reap_idle_contexts(int64_t max_idle_ms, int64_t *released) {
+	GUARD_FORK();
+	return dacgo_reap_idle_contexts(max_idle_ms, released, &tls_error);
+}
+
+/* ---- The calling thread's current context id: no Go call on success ---- */
+
+int dac_current_context_id(int64_t *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	GUARD_INIT();
+	*out = tls_current;
+	return DAC_OK;
+}
+
+int dac_has_valid_context(int *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	GUARD_INIT();
+	*out = tls_current != DAC_INVALID_ID;
+	return DAC_OK;
+}
+
+int dac_set_current_context_id(int64_t context_id) {
+	GUARD_FORK();
+	GUARD_INIT();
+	if (tls_current != DAC_INVALID_ID)
+		return dacgo_fill_error(DAC_ERR_ALREADY_HAS_CONTEXT, &tls_error);
+	tls_current = context_id;
+	return DAC_OK;
+}
+
+int dac_force_current_context_id(int64_t context_id) {
+	GUARD_FORK();
+	GUARD_INIT();
+	tls_current = context_id;
+	return DAC_OK;
+}
+
+int dac_clear_current_context(void) {
+	GUARD_FORK();
+	GUARD_INIT();
+	tls_current = DAC_INVALID_ID;
+	return DAC_OK;
+}
+
+/* ---- A context, through its handle ---- */
+
+int dac_context_ref(dac_context *ctx) {
+	GUARD_FORK();
+	return dacgo_context_ref(to_handle(ctx), 1, &tls_error);
+}
+
+int dac_context_unref(dac_context *ctx) {
+	GUARD_FORK();
+	return dacgo_context_ref(to_handle(ctx), -1, &tls_error);
+}
+
+int dac_context_id(dac_context *ctx, int64_t *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	return dacgo_context_id(to_handle(ctx), out, &tls_error);
+}
+
+int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {
+	GUARD_FORK();
+	return dacgo_context_add_known_worker_id(to_handle(ctx), worker_id, &tls_error);
+}
+
+int dac_context_known_worker_ids(dac_context *ctx, int32_t *ids, size_t capacity, size_t *count) {
+	GUARD_FORK();
+	CHECK_OUT(count);
+	if (ids == NULL && capacity != 0)
+		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "ids must not be NULL when capacity is not 0");
+	return dacgo_context_known_worker_ids(to_handle(ctx), ids, capacity, count, &tls_error);
+}
+
+int dac_context_add_send_function(dac_context *ctx, int64_t message_id, uint64_t fn) {
+	GUARD_FORK();
+	return dacgo_context_add_function(to_handle(ctx), 0, message_id, fn, &tls_error);
+}
+
+int dac_context_add_recv_function(dac_context *ctx, int64_t message_id, uint64_t fn) {
+	GUARD_FORK();
+	return dacgo_context_add_function(to_handle(ctx), 1, message_id, fn, &tls_error);
+}
+
+int dac_context_send_function(dac_context *ctx, int64_t message_id, uint64_t *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	return dacgo_context_function(to_handle(ctx), 0, message_id, out, &tls_error);
+}
+
+int dac_context_recv_function(dac_context *ctx, int64_t message_id, uint64_t *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	return dacgo_context_function(to_handle(ctx), 1, message_id, out, &tls_error);
+}
+
+static int list_functions(const char *fn, dac_context *ctx, int kind, int64_t *message_ids, uint64_t *fns,
+                          size_t capacity, size_t *count) {
+	if (count == NULL)
+		return fail(DAC_ERR_INVALID_ARGUMENT, fn, "count must not be NULL");
+	if ((message_ids == NULL || fns == NULL) && capacity != 0)
+		return fail(DAC_ERR_INVALID_ARGUMENT, fn, "message_ids and fns must not be NULL when capacity is not 0");
+	return dacgo_context_functions(to_handle(ctx), kind, message_ids, fns, capacity, count, &tls_error);
+}
+
+int dac_context_send_functions(dac_context *ctx, int64_t *message_ids, uint64_t *fns, size_t capacity,
+                               size_t *count) {
+	GUARD_FORK();
+	return list_functions(__func__, ctx, 0, message_ids, fns, capacity, count);
+}
+
+int dac_context_recv_functions(dac_context *ctx, int64_t *message_ids, uint64_t *fns, size_t capacity,
+                               size_t *count) {
+	GUARD_FORK();
+	return list_functions(__func__, ctx, 1, message_ids, fns, capacity, count);
+}

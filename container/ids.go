@@ -1,0 +1,91 @@
+package container
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Id layout, as in the native component: an id is a signed 64-bit integer
+// whose top 16 bits are the worker id and whose low 48 bits are a counter
+// that starts at 0 for each worker. max_id = (worker << 48) | (2^48 - 1).
+// All arithmetic is int64, shifts and ors included, so for worker ids of
+// 32768 and up the ids and max_id are negative (worker 65535 has max_id -1),
+// exactly as the native code computes them. The native component asserts
+// id < max_id before handing an id out, so max_id itself is never issued:
+// each worker has 2^48 - 1 context ids and as many message ids.
+const (
+	AutoIncrementBits = 48
+	AutoIncrementMask = int64(1)<<AutoIncrementBits - 1
+	MaxWorkerID       = 65535
+	// InvalidID is the current context id of a thread that has none.
+	InvalidID int64 = -1
+)
+
+// FirstID returns the first id of workerID's range: workerID << 48.
+func FirstID(workerID int64) int64 { return workerID << AutoIncrementBits }
+
+// MaxIDOf returns max_id for workerID: (workerID << 48) | (2^48 - 1).
+func MaxIDOf(workerID int64) int64 { return AutoIncrementMask | workerID<<AutoIncrementBits }
+
+// OriginWorker returns the worker id that created id: the top 16 bits,
+// read as the unsigned worker id in [0, 65535].
+func OriginWorker(id int64) int { return int(uint64(id) >> AutoIncrementBits) }
+
+// counter hands out the ids next, next+1, ..., max-1 and then fails; it never
+// wraps and never hands an id out twice.
+type counter struct {
+	next atomic.Int64
+	max  int64
+	kind string // "context" or "autograd message", for the exhaustion error
+}
+
+func (c *counter) reset(workerID int64, kind string) {
+	c.next.Store(FirstID(workerID))
+	c.max = MaxIDOf(workerID)
+	c.kind = kind
+}
+
+// take returns the next id, or ErrExhausted once max_id is reached.
+func (c *counter) take() (int64, error) {
+	for {
+		v := c.next.Load()
+		if v >= c.max {
+			return 0, c.exhausted()
+		}
+		if c.next.CompareAndSwap(v, v+1) {
+			return v, nil
+		}
+	}
+}
+
+// takeBlock reserves up to n consecutive ids and returns the first and how
+// many; callers hand them out one by one (the C side's per-thread blocks).
+func (c *counter) takeBlock(n int64) (first, count int64, err error) {
+	for {
+		v := c.next.Load()
+		if v >= c.max {
+			return 0, 0, c.exhausted()
+		}
+		k := min(n, c.max-v)
+		if c.next.CompareAndSwap(v, v+k) {
+			return v, k, nil
+		}
+	}
+}
+
+func (c *counter) exhausted() error {
+	return Errorf(ErrExhausted, "%s ids are exhausted: the next id would reach max_id %d", c.kind, c.max)
+}
+
+// String describes the counter's position, for debugging.
+func (c *counter) String() string {
+	return fmt.Sprintf("%s ids: next %d, max_id %d", c.kind, c.next.Load(), c.max)
+}
+
+// CheckWorkerID returns the native range error unless 0 <= w <= 65535.
+func CheckWorkerID(w int64) error {
+	if w < 0 || w > MaxWorkerID {
+		return errWorkerRange
+	}
+	return nil
+}

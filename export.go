@@ -1,0 +1,447 @@
+// Command distautograd is built with -buildmode=c-shared into
+// libdistautograd.so. This file is the thin Go side of the C ABI: each
+// dacgo_* function translates C arguments, calls container/, and turns the
+// result into a status code plus the calling thread's last error. The public
+// dac_* functions (capi.c) own the thread-local state and call these; see
+// include/distautograd.h for the contract.
+package main
+
+/*
+#cgo CFLAGS: -std=gnu11 -Wall -Wextra -Wno-unused-parameter
+#include "capi_internal.h"
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"fmt"
+	"unsafe"
+
+	"distautograd/container"
+)
+
+func main() {}
+
+var (
+	proc    container.Singleton // the process-wide container
+	handles container.Handles   // the dac_context* handed to C
+)
+
+// setError fills the calling thread's error slot and returns the status.
+func setError(e *C.dac_error_slot, code container.Code, msg string) C.int {
+	e.code = C.int(code)
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(&e.msg[0])), len(e.msg))
+	n := copy(buf[:len(buf)-1], msg)
+	buf[n] = 0
+	return C.int(code)
+}
+
+func fail(e *C.dac_error_slot, err error) C.int {
+	return setError(e, container.CodeOf(err), err.Error())
+}
+
+// recoverTo turns a panic into DAC_ERR_INTERNAL: no Go panic may cross into C.
+// Every exported function defers it.
+func recoverTo(e *C.dac_error_slot, rc *C.int) {
+	if r := recover(); r != nil {
+		*rc = setError(e, container.ErrInternal, fmt.Sprintf("distautograd: internal error (a bug, please report it): %v", r))
+	}
+}
+
+func nullArg(e *C.dac_error_slot, fn, arg string) C.int {
+	return setError(e, container.ErrInvalidArgument, fmt.Sprintf("distautograd: %s: %s must not be NULL", fn, arg))
+}
+
+//export dacgo_fill_error
+func dacgo_fill_error(code C.int, e *C.dac_error_slot) C.int {
+	return setError(e, container.Code(code), container.MessageOf(container.Code(code)))
+}
+
+//export dacgo_init
+func dacgo_init(workerID C.int64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	if _, err := proc.Init(int64(workerID)); err != nil {
+		return fail(e, err)
+	}
+	return 0
+}
+
+//export dacgo_worker_id
+func dacgo_worker_id(out *C.int32_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.int32_t(c.WorkerID())
+	return 0
+}
+
+//export dacgo_max_id
+func dacgo_max_id(out *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.int64_t(c.MaxID())
+	return 0
+}
+
+//export dacgo_num_contexts
+func dacgo_num_contexts(out *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.int64_t(c.NumContexts())
+	return 0
+}
+
+//export dacgo_new_autograd_message_id
+func dacgo_new_autograd_message_id(out *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	id, err := c.NewAutogradMessageID()
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.int64_t(id)
+	return 0
+}
+
+//export dacgo_debug_info
+func dacgo_debug_info(buf *C.char, capacity C.size_t, length *C.size_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	text, err := json.Marshal(debugInfo(c))
+	if err != nil {
+		return fail(e, err)
+	}
+	*length = C.size_t(len(text))
+	if capacity > 0 {
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), min(uint64(capacity), uint64(len(text))+1))
+		n := copy(dst[:len(dst)-1], text)
+		dst[n] = 0
+	}
+	return 0
+}
+
+// debugInfo is what dac_debug_info reports; json.Marshal sorts the keys.
+func debugInfo(c *container.Container) map[string]int64 {
+	return map[string]int64{
+		"num_autograd_contexts":       c.NumContexts(),
+		"num_current_backward_passes": 0,
+		"max_contexts":                c.MaxContexts(),
+		"refused_contexts":            c.RefusedContexts(),
+		"live_handles":                int64(handles.Live()),
+	}
+}
+
+//export dacgo_set_max_contexts
+func dacgo_set_max_contexts(n C.int64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	if err := c.SetMaxContexts(int64(n)); err != nil {
+		return fail(e, err)
+	}
+	return 0
+}
+
+// newHandle hands ctx to C as a new reference.
+func newHandle(ctx *container.Context, out *C.uint64_t, e *C.dac_error_slot) C.int {
+	h, err := handles.New(ctx)
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.uint64_t(h)
+	return 0
+}
+
+// thread views the C thread-local current id as a container.Thread (both are
+// one int64).
+func thread(current *C.int64_t) *container.Thread {
+	return (*container.Thread)(unsafe.Pointer(current))
+}
+
+//export dacgo_context_new
+func dacgo_context_new(current *C.int64_t, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	t := thread(current)
+	ctx, err := c.NewContext(t)
+	if err != nil {
+		return fail(e, err)
+	}
+	if rc := newHandle(ctx, out, e); rc != 0 {
+		c.ReleaseContextIfPresent(t, ctx.ID()) // all or nothing
+		return rc
+	}
+	return 0
+}
+
+//export dacgo_context_current
+func dacgo_context_current(current C.int64_t, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	t := container.NewThread()
+	t.ForceCurrentID(int64(current))
+	ctx, err := c.CurrentContext(t)
+	if err != nil {
+		return fail(e, err)
+	}
+	return newHandle(ctx, out, e)
+}
+
+//export dacgo_context_retrieve
+func dacgo_context_retrieve(id C.int64_t, ifPresent C.int, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	ctx := c.RetrieveContextIfPresent(int64(id))
+	if ctx == nil {
+		if ifPresent != 0 {
+			*out = 0
+			return 0
+		}
+		_, err := c.RetrieveContext(int64(id))
+		return fail(e, err)
+	}
+	return newHandle(ctx, out, e)
+}
+
+//export dacgo_context_get_or_create
+func dacgo_context_get_or_create(id C.int64_t, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	ctx, err := c.GetOrCreateContext(int64(id))
+	if err != nil {
+		return fail(e, err)
+	}
+	return newHandle(ctx, out, e)
+}
+
+//export dacgo_context_is_valid
+func dacgo_context_is_valid(id C.int64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	if err := c.IsValidContext(int64(id)); err != nil {
+		return fail(e, err)
+	}
+	return 0
+}
+
+//export dacgo_context_release
+func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, released *C.int, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	t := thread(current)
+	if ifPresent == 0 {
+		if err := c.ReleaseContext(t, int64(id)); err != nil {
+			return fail(e, err)
+		}
+		return 0
+	}
+	ok := c.ReleaseContextIfPresent(t, int64(id))
+	if released != nil {
+		*released = 0
+		if ok {
+			*released = 1
+		}
+	}
+	return 0
+}
+
+//export dacgo_release_contexts_of_worker
+func dacgo_release_contexts_of_worker(worker C.int32_t, released *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	n, err := c.ReleaseContextsOfWorker(int(worker))
+	if err != nil {
+		return fail(e, err)
+	}
+	if released != nil {
+		*released = C.int64_t(n)
+	}
+	return 0
+}
+
+//export dacgo_reap_idle_contexts
+func dacgo_reap_idle_contexts(idleMs C.int64_t, released *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	n, err := c.ReapIdleContexts(int64(idleMs))
+	if err != nil {
+		return fail(e, err)
+	}
+	if released != nil {
+		*released = C.int64_t(n)
+	}
+	return 0
+}
+
+//export dacgo_context_ref
+func dacgo_context_ref(h C.uint64_t, delta C.int, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	var err error
+	if delta > 0 {
+		err = handles.Ref(uint64(h))
+	} else {
+		err = handles.Unref(uint64(h))
+	}
+	if err != nil {
+		return fail(e, err)
+	}
+	return 0
+}
+
+// handleContext returns the context of a live handle; every handle function
+// starts here, so a dead handle is always DAC_ERR_BAD_HANDLE.
+func handleContext(h C.uint64_t) (*container.Context, error) {
+	return handles.Get(uint64(h))
+}
+
+//export dacgo_context_id
+func dacgo_context_id(h C.uint64_t, out *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	ctx, err := handleContext(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.int64_t(ctx.ID())
+	return 0
+}
+
+//export dacgo_context_add_known_worker_id
+func dacgo_context_add_known_worker_id(h C.uint64_t, worker C.int32_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	ctx, err := handleContext(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	if err := container.CheckWorkerID(int64(worker)); err != nil {
+		return fail(e, err)
+	}
+	ctx.AddKnownWorkerID(uint16(worker))
+	return 0
+}
+
+//export dacgo_context_known_worker_ids
+func dacgo_context_known_worker_ids(h C.uint64_t, ids *C.int32_t, capacity C.size_t, count *C.size_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	ctx, err := handleContext(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	workers := ctx.KnownWorkerIDs()
+	n := min(uint64(capacity), uint64(len(workers)))
+	if n > 0 {
+		dst := unsafe.Slice((*C.int32_t)(unsafe.Pointer(ids)), n)
+		for i := range dst {
+			dst[i] = C.int32_t(workers[i])
+		}
+	}
+	*count = C.size_t(len(workers))
+	return 0
+}
+
+//export dacgo_context_add_function
+func dacgo_context_add_function(h C.uint64_t, kind C.int, msgID C.int64_t, fn C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	ctx, err := handleContext(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	if kind == 0 {
+		err = ctx.AddSendFunction(int64(msgID), uint64(fn))
+	} else {
+		err = ctx.AddRecvFunction(int64(msgID), uint64(fn))
+	}
+	if err != nil {
+		return fail(e, err)
+	}
+	return 0
+}
+
+//export dacgo_context_function
+func dacgo_context_function(h C.uint64_t, kind C.int, msgID C.int64_t, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	ctx, err := handleContext(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	var fn uint64
+	if kind == 0 {
+		fn, err = ctx.SendFunction(int64(msgID))
+	} else {
+		fn, err = ctx.RecvFunction(int64(msgID))
+	}
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.uint64_t(fn)
+	return 0
+}
+
+//export dacgo_context_functions
+func dacgo_context_functions(h C.uint64_t, kind C.int, msgIDs *C.int64_t, fns *C.uint64_t, capacity C.size_t, count *C.size_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	ctx, err := handleContext(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	var m map[int64]uint64
+	if kind == 0 {
+		m = ctx.SendFunctions()
+	} else {
+		m = ctx.RecvFunctions()
+	}
+	n := min(uint64(capacity), uint64(len(m)))
+	if n > 0 {
+		ids := unsafe.Slice((*C.int64_t)(unsafe.Pointer(msgIDs)), n)
+		vals := unsafe.Slice((*C.uint64_t)(unsafe.Pointer(fns)), n)
+		i := uint64(0)
+		for k, v := range m {
+			if i == n {
+				break
+			}
+			ids[i], vals[i] = C.int64_t(k), C.uint64_t(v)
+			i++
+		}
+	}
+	*count = C.size_t(len(m))
+	return 0
+}

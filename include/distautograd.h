@@ -1,0 +1,257 @@
+/*
+** distautograd.h: the C interface of libdistautograd, the container of
+** distributed autograd contexts that PyTorch's RPC framework keeps on every
+** worker, implemented in Go and served through this plain C ABI.
+**
+** This header is the whole contract. Every function:
+**   - returns an int status: DAC_OK (0) on success, a DAC_ERR_* code on failure;
+**   - on failure leaves a message for the calling thread in dac_last_error(),
+**     byte for byte the message the native PyTorch component raises where it
+**     raises one (users match on those), else one starting "distautograd: ";
+**   - writes its results through out-pointers only on success;
+**   - checks its arguments: a NULL out-pointer, an out-of-range value or a dead
+**     handle is DAC_ERR_INVALID_ARGUMENT or DAC_ERR_BAD_HANDLE, never a crash;
+**   - is safe to call from any number of threads at once.
+**
+** Id layout: a context id and an autograd message id are int64_t values whose
+** top 16 bits are the worker id and low 48 bits a per-worker counter starting
+** at 0; max_id = (worker_id << 48) | (2^48 - 1), in signed 64-bit arithmetic
+** (so negative for worker ids >= 32768). Ids are never reused; max_id itself
+** is never issued; a counter that reaches it fails with DAC_ERR_EXHAUSTED.
+**
+** Current context: each OS thread has its own current context id (-1: none),
+** exactly as the native C++ thread_local. A new thread has none; a thread that
+** exits loses its own; releasing a context resets only the releasing thread's
+** current id, so other threads may hold a stale one (see dac_context_current).
+**
+** Fork: the Go runtime does not survive fork(). In a child process forked
+** after this library was loaded, every function fails at once with
+** DAC_ERR_FORKED without entering Go. Load the library after fork, or use
+** the "spawn" start method of Python's multiprocessing.
+*/
+#ifndef DISTAUTOGRAD_H
+#define DISTAUTOGRAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of this header; dac_version() gives the library's. */
+#define DAC_VERSION_MAJOR 0
+#define DAC_VERSION_MINOR 1
+#define DAC_VERSION_PATCH 0
+#define DAC_VERSION_STRING "0.1.0"
+#define DAC_VERSION_NUMBER (DAC_VERSION_MAJOR * 1000000 + DAC_VERSION_MINOR * 1000 + DAC_VERSION_PATCH)
+
+/* Status codes. Values are ABI: they never change. */
+#define DAC_OK 0
+#define DAC_ERR_NOT_INITIALIZED 1     /* dac_init has not succeeded yet */
+#define DAC_ERR_INVALID_ARGUMENT 2    /* NULL pointer, value out of range */
+#define DAC_ERR_ALREADY_INITIALIZED 3 /* dac_init with a different worker id */
+#define DAC_ERR_NO_CURRENT_CONTEXT 4  /* this thread has no current context */
+#define DAC_ERR_NOT_FOUND 5           /* no context (or function) with that id */
+#define DAC_ERR_ALREADY_HAS_CONTEXT 6 /* this thread already has a current context */
+#define DAC_ERR_EXHAUSTED 7           /* an id counter reached max_id */
+#define DAC_ERR_BAD_HANDLE 8          /* a dead or never-issued context handle */
+#define DAC_ERR_LIMIT 9               /* a configured limit was reached */
+#define DAC_ERR_FORKED 10             /* called in a child after fork() */
+#define DAC_ERR_INTERNAL 11           /* a bug in distautograd, caught at the boundary */
+#define DAC_ERR_UNSUPPORTED 12        /* not available in this build */
+
+/* The sentinel current context id of a thread that has none. */
+#define DAC_INVALID_ID ((int64_t)-1)
+
+/* A reference to a context. It keeps the context readable (id, known workers,
+** functions) after the context was released from the container, until the
+** last reference is dropped with dac_context_unref. Every function that
+** returns a handle returns a new reference that the caller must drop. Using a
+** handle after dropping it is DAC_ERR_BAD_HANDLE, never undefined behaviour. */
+typedef struct dac_context dac_context;
+
+/* ---- Library ------------------------------------------------------------ */
+
+/* Returns the library's version string, e.g. "0.1.0". Never fails; static. */
+const char *dac_version(void);
+
+/* Returns the library's DAC_VERSION_NUMBER. Never fails. */
+int dac_version_number(void);
+
+/* Returns the name of a status code ("DAC_ERR_NOT_FOUND"), or "DAC_UNKNOWN"
+** for a value that is none. Never fails; static storage. */
+const char *dac_status_string(int status);
+
+/* Returns the message of the calling thread's most recent failing call, or ""
+** if none failed yet. Successful calls leave it as it was, so read it right
+** after a failure. Valid until this thread's next failing call. */
+const char *dac_last_error(void);
+
+/* Returns the status of the calling thread's most recent failing call, or
+** DAC_OK if none failed yet. */
+int dac_last_status(void);
+
+/* ---- Container ---------------------------------------------------------- */
+
+/* Initializes the process-wide container for worker_id, in [0, 65535]
+** (else DAC_ERR_INVALID_ARGUMENT, "worker_id needs to be in the range
+** [0, 65535]"). A second call with the same id succeeds and does nothing; with
+** a different id it fails with DAC_ERR_ALREADY_INITIALIZED, "Container is
+** already initialized with worker_id: 3, cannot initialize with different
+** worker_id: 4". As the native component stores the id as int16_t, a second
+** call for a worker id >= 32768 fails that way even with the same id (the
+** message shows the int16_t value, e.g. -25536 for 40000). Every function
+** below fails with DAC_ERR_NOT_INITIALIZED ("Need to initialize distributed
+** autograd using torch.distributed.autograd.init()") until this succeeds. */
+int dac_init(int64_t worker_id);
+
+/* Writes the worker id given to dac_init, in [0, 65535]. */
+int dac_worker_id(int32_t *out);
+
+/* Writes max_id of this worker: (worker_id << 48) | (2^48 - 1). */
+int dac_max_id(int64_t *out);
+
+/* Writes how many contexts the container holds. */
+int dac_num_contexts(int64_t *out);
+
+/* Writes the next autograd message id. DAC_ERR_EXHAUSTED at max_id. */
+int dac_new_autograd_message_id(int64_t *out);
+
+/* Writes debug information as a JSON object of integer values, NUL-terminated,
+** into buf (snprintf-like: at most capacity bytes, truncated if too small; buf
+** may be NULL when capacity is 0) and its full length without the NUL into
+** *length. Keys: num_autograd_contexts, num_current_backward_passes (always 0:
+** distautograd runs no backward passes), max_contexts, refused_contexts,
+** live_handles, and the cleanup_* counters. */
+int dac_debug_info(char *buf, size_t capacity, size_t *length);
+
+/* Caps the number of live contexts (0, the default: no cap). Past the cap,
+** dac_context_new and dac_context_get_or_create fail with DAC_ERR_LIMIT, so a
+** flood of messages naming unknown passes cannot exhaust memory. */
+int dac_set_max_contexts(int64_t max_contexts);
+
+/* ---- Contexts ----------------------------------------------------------- */
+
+/* Creates a context with the next context id, stores it, makes it the calling
+** thread's current context and writes a new reference to *out. Fails with
+** DAC_ERR_ALREADY_HAS_CONTEXT ("Already have an autograd context id for this
+** thread.") if the thread has a current context id, DAC_ERR_EXHAUSTED at
+** max_id, DAC_ERR_LIMIT past dac_set_max_contexts; a failure changes nothing. */
+int dac_context_new(dac_context **out);
+
+/* Writes a new reference to the calling thread's current context. Fails with
+** DAC_ERR_NO_CURRENT_CONTEXT ("Current thread doesn't have a valid autograd
+** context. Please wrap your code using: `with
+** torch.distributed.autograd.context() as context_id` to generate a valid
+** context") if the thread has none, and DAC_ERR_NOT_FOUND ("Couldn't find
+** autograd context data for current autograd context id") if its current id
+** names a context that was released (by another thread, say). */
+int dac_context_current(dac_context **out);
+
+/* Writes a new reference to the context with id context_id, or fails with
+** DAC_ERR_NOT_FOUND ("Could not find autograd context with id: 12345"). */
+int dac_context_retrieve(int64_t context_id, dac_context **out);
+
+/* Writes a new reference to the context with id context_id, or NULL if there
+** is none (which is not an error: DAC_OK either way). */
+int dac_context_retrieve_if_present(int64_t context_id, dac_context **out);
+
+/* Writes a new reference to the context with id context_id, creating and
+** storing it if there is none (a message from another worker naming a pass
+** this worker has not seen). Does not change any thread's current context. */
+int dac_context_get_or_create(int64_t context_id, dac_context **out);
+
+/* Succeeds if a context with id context_id is stored, else DAC_ERR_NOT_FOUND
+** ("Could not find autograd context with id: 12345"). */
+int dac_context_is_valid(int64_t context_id);
+
+/* Removes the context with id context_id (DAC_ERR_NOT_FOUND, "Could not find
+** autograd context with id: 12345", if none), resets the calling thread's
+** current id if it equals context_id, and has the cleanup sender tell every
+** known worker of the context to release its copy. Handles to it stay valid. */
+int dac_context_release(int64_t context_id);
+
+/* As dac_context_release, but a missing id is a silent success (a cleanup
+** message may arrive twice). *released (may be NULL) is set to 1 if a context
+** was released, 0 if none was there. */
+int dac_context_release_if_present(int64_t context_id, int *released);
+
+/* Releases every context whose id was created by worker_id (context_id >> 48),
+** as dac_context_release does, and writes how many to *released (may be NULL):
+** the way to clear what a worker that died mid-pass left behind here. */
+int dac_release_contexts_of_worker(int32_t worker_id, int64_t *released);
+
+/* Releases every context not created, retrieved or changed during the last
+** max_idle_ms milliseconds (resolution about 10 ms), as dac_context_release
+** does, and writes how many to *released (may be NULL). */
+int dac_reap_idle_contexts(int64_t max_idle_ms, int64_t *released);
+
+/* ---- The calling thread's current context id ---------------------------- */
+
+/* Writes the calling thread's current context id, or DAC_INVALID_ID (-1). */
+int dac_current_context_id(int64_t *out);
+
+/* Writes 1 if the calling thread has a current context id, else 0. It does not
+** look the context up: a stale id (its context released) still counts. */
+int dac_has_valid_context(int *out);
+
+/* Sets the calling thread's current context id; fails with
+** DAC_ERR_ALREADY_HAS_CONTEXT ("Already have an autograd context id for this
+** thread.") if one is set. Does not look the context up. */
+int dac_set_current_context_id(int64_t context_id);
+
+/* Sets the calling thread's current context id unconditionally. */
+int dac_force_current_context_id(int64_t context_id);
+
+/* Sets the calling thread's current context id back to DAC_INVALID_ID. */
+int dac_clear_current_context(void);
+
+/* ---- A context, through its handle -------------------------------------- */
+
+/* Adds a reference to ctx; drop it with dac_context_unref. */
+int dac_context_ref(dac_context *ctx);
+
+/* Drops a reference to ctx. After the last one, ctx is dead: any use of it,
+** a second unref included, is DAC_ERR_BAD_HANDLE. NULL is DAC_ERR_BAD_HANDLE. */
+int dac_context_unref(dac_context *ctx);
+
+/* Writes the context's id. */
+int dac_context_id(dac_context *ctx, int64_t *out);
+
+/* Records that this pass sent an RPC to worker_id, in [0, 65535], so that
+** releasing the context notifies that worker. Adding an id twice is a no-op. */
+int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id);
+
+/* Writes up to capacity known worker ids, in the order added, into ids (may be
+** NULL when capacity is 0), and their total number into *count. */
+int dac_context_known_worker_ids(dac_context *ctx, int32_t *ids, size_t capacity, size_t *count);
+
+/* Registers the host's send function fn (an opaque value that distautograd
+** never interprets) under autograd message id message_id. A second one under
+** the same id is DAC_ERR_INVALID_ARGUMENT. */
+int dac_context_add_send_function(dac_context *ctx, int64_t message_id, uint64_t fn);
+
+/* Registers the host's recv function fn under message_id, as above. */
+int dac_context_add_recv_function(dac_context *ctx, int64_t message_id, uint64_t fn);
+
+/* Writes the send function registered under message_id, or fails with
+** DAC_ERR_NOT_FOUND ("Could not find send function for autograd message id: 7"). */
+int dac_context_send_function(dac_context *ctx, int64_t message_id, uint64_t *out);
+
+/* Writes the recv function registered under message_id, or DAC_ERR_NOT_FOUND. */
+int dac_context_recv_function(dac_context *ctx, int64_t message_id, uint64_t *out);
+
+/* Writes up to capacity (message id, send function) pairs into message_ids and
+** fns (both may be NULL when capacity is 0) and their total number into
+** *count, in no particular order. */
+int dac_context_send_functions(dac_context *ctx, int64_t *message_ids, uint64_t *fns, size_t capacity, size_t *count);
+
+/* As dac_context_send_functions, for recv functions. */
+int dac_context_recv_functions(dac_context *ctx, int64_t *message_ids, uint64_t *fns, size_t capacity, size_t *count);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DISTAUTOGRAD_H */
