@@ -78,7 +78,7 @@ const char *dac_status_string(int status) {
 	    "DAC_OK",         "DAC_ERR_NOT_INITIALIZED", "DAC_ERR_INVALID_ARGUMENT", "DAC_ERR_ALREADY_INITIALIZED",
 	    "DAC_ERR_NO_CURRENT_CONTEXT", "DAC_ERR_NOT_FOUND", "DAC_ERR_ALREADY_HAS_CONTEXT", "DAC_ERR_EXHAUSTED",
 	    "DAC_ERR_BAD_HANDLE", "DAC_ERR_LIMIT",     "DAC_ERR_FORKED",           "DAC_ERR_INTERNAL",
-	    "DAC_ERR_UNSUPPORTED",
+	    "DAC_ERR_UNSUPPORTED", "DAC_ERR_TIMEOUT",
 	};
 	if (status < 0 || (size_t)status >= sizeof names / sizeof names[0])
 		return "DAC_UNKNOWN";
@@ -326,4 +326,32 @@ int dac_context_recv_functions(dac_context *ctx, int64_t *message_ids, uint64_t 
                                size_t *count) {
 	GUARD_FORK();
 	return list_functions(__func__, ctx, 1, message_ids, fns, capacity, count);
+}
+
+/* ---- Release fan-out ---- */
+
+int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data) {
+	GUARD_FORK();
+	return dacgo_set_cleanup_sender((void *)sender, user_data, &tls_error);
+}
+
+int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
+                            int64_t max_pending) {
+	GUARD_FORK();
+	return dacgo_set_cleanup_options(max_attempts, initial_backoff_us, max_backoff_us, max_pending, &tls_error);
+}
+
+int dac_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t *dropped, int64_t *pending) {
+	GUARD_FORK();
+	return dacgo_cleanup_stats(sent, retried, failed, dropped, pending, &tls_error);
+}
+
+int dac_cleanup_flush(int64_t timeout_ms, int64_t *pending) {
+	GUARD_FORK();
+	return dacgo_cleanup_flush(timeout_ms, pending, &tls_error);
+}
+
+int dac_set_log_hook(dac_log_hook hook, void *user_data) {
+	GUARD_FORK();
+	return dacgo_set_log_hook((void *)hook, user_data, &tls_error);
 }

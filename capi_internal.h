@@ -19,16 +19,15 @@ typedef struct dac_error_slot {
 	char msg[DAC_ERROR_MSG_CAP];
 } dac_error_slot;
 
-/* Trampolines: Go cannot call a C function pointer itself. */
-typedef int (*dac_cleanup_sender_fn)(void *user_data, int32_t worker_id, int64_t context_id);
-typedef void (*dac_log_fn)(void *user_data, int level, const char *message);
+/* Trampolines: Go cannot call a C function pointer itself; it holds them as
+** void* (the casts are POSIX-sanctioned, as for dlsym). */
 
 static inline int dac_call_cleanup_sender(void *fn, void *user_data, int32_t worker_id, int64_t context_id) {
-	return ((dac_cleanup_sender_fn)fn)(user_data, worker_id, context_id);
+	return ((dac_cleanup_sender)fn)(user_data, worker_id, context_id);
 }
 
 static inline void dac_call_log(void *fn, void *user_data, int level, const char *message) {
-	((dac_log_fn)fn)(user_data, level, message);
+	((dac_log_hook)fn)(user_data, level, message);
 }
 
 #endif

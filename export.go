@@ -136,13 +136,15 @@ func dacgo_debug_info(buf *C.char, capacity C.size_t, length *C.size_t, e *C.dac
 
 // debugInfo is what dac_debug_info reports; json.Marshal sorts the keys.
 func debugInfo(c *container.Container) map[string]int64 {
-	return map[string]int64{
+	m := map[string]int64{
 		"num_autograd_contexts":       c.NumContexts(),
 		"num_current_backward_passes": 0,
 		"max_contexts":                c.MaxContexts(),
 		"refused_contexts":            c.RefusedContexts(),
 		"live_handles":                int64(handles.Live()),
 	}
+	cleanupDebugInfo(m)
+	return m
 }
 
 //export dacgo_set_max_contexts

@@ -24,6 +24,7 @@ const (
 	ErrForked           Code = 10 // used in a child after fork(); only the C side raises it
 	ErrInternal         Code = 11 // a recovered panic: a bug in distautograd
 	ErrUnsupported      Code = 12 // the operation is not available in this build
+	ErrTimeout          Code = 13 // a wait ran out of time
 )
 
 var codeNames = [...]string{
@@ -40,6 +41,7 @@ var codeNames = [...]string{
 	ErrForked:           "DAC_ERR_FORKED",
 	ErrInternal:         "DAC_ERR_INTERNAL",
 	ErrUnsupported:      "DAC_ERR_UNSUPPORTED",
+	ErrTimeout:          "DAC_ERR_TIMEOUT",
 }
 
 // String returns the C name of the code, e.g. "DAC_ERR_NOT_FOUND".

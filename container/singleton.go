@@ -9,9 +9,21 @@ import (
 // Init, then fixed for the life of the process (as the native one, it is
 // never torn down). The zero Singleton is ready to use.
 type Singleton struct {
-	mu   sync.Mutex
-	c    atomic.Pointer[Container]
-	opts []Option
+	mu       sync.Mutex
+	c        atomic.Pointer[Container]
+	opts     []Option
+	notifier Notifier
+}
+
+// SetNotifier sets who the container tells about releases, now if it exists
+// and at Init otherwise (the host may wire its RPC before it calls Init).
+func (s *Singleton) SetNotifier(n Notifier) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.notifier = n
+	if c := s.c.Load(); c != nil {
+		c.SetNotifier(n)
+	}
 }
 
 // Get returns the container, or the native "Need to initialize" error.
@@ -52,6 +64,7 @@ func (s *Singleton) Init(workerID int64) (*Container, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.SetNotifier(s.notifier)
 	s.c.Store(c)
 	return c, nil
 }

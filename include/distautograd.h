@@ -60,6 +60,7 @@ extern "C" {
 #define DAC_ERR_FORKED 10             /* called in a child after fork() */
 #define DAC_ERR_INTERNAL 11           /* a bug in distautograd, caught at the boundary */
 #define DAC_ERR_UNSUPPORTED 12        /* not available in this build */
+#define DAC_ERR_TIMEOUT 13            /* a wait ran out of time */
 
 /* The sentinel current context id of a thread that has none. */
 #define DAC_INVALID_ID ((int64_t)-1)
@@ -123,7 +124,8 @@ int dac_new_autograd_message_id(int64_t *out);
 ** may be NULL when capacity is 0) and its full length without the NUL into
 ** *length. Keys: num_autograd_contexts, num_current_backward_passes (always 0:
 ** distautograd runs no backward passes), max_contexts, refused_contexts,
-** live_handles, and the cleanup_* counters. */
+** live_handles, and the fan-out's counters cleanup_sent, cleanup_retried,
+** cleanup_failed, cleanup_dropped, cleanup_skipped and cleanup_pending. */
 int dac_debug_info(char *buf, size_t capacity, size_t *length);
 
 /* Caps the number of live contexts (0, the default: no cap). Past the cap,
@@ -249,6 +251,55 @@ int dac_context_send_functions(dac_context *ctx, int64_t *message_ids, uint64_t 
 
 /* As dac_context_send_functions, for recv functions. */
 int dac_context_recv_functions(dac_context *ctx, int64_t *message_ids, uint64_t *fns, size_t capacity, size_t *count);
+
+/* ---- Release fan-out: telling the known workers ------------------------- */
+
+/* Delivers one cleanup message: "release context context_id" to worker_id,
+** through the host's RPC layer (the receiving worker calls
+** dac_context_release_if_present). Returns 0 if delivered, anything else if
+** not (then the message is retried). Called on a library thread, outside
+** every lock of the container, never on the thread that released; it may
+** call any dac_* function. It should not block for long: the library runs
+** a few senders, and a slow one delays the messages queued behind it. */
+typedef int (*dac_cleanup_sender)(void *user_data, int32_t worker_id, int64_t context_id);
+
+/* Sets the cleanup sender (NULL: none; then releases tell nobody and count
+** cleanup_skipped, as the native component does without an RPC agent). May be
+** called before dac_init. Each release of a context with known workers queues
+** one message per worker and returns at once; a failed message is retried with
+** exponential backoff up to max_attempts, then counted as failed and logged. */
+int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data);
+
+/* Tunes the fan-out; 0 selects a default: max_attempts 21 (the native 20
+** retries after the first attempt), initial_backoff_us 10000 (doubling per
+** retry), max_backoff_us 2000000, max_pending 65536 (messages queued or
+** awaiting retry; past it a message is dropped, counted and logged). Applies
+** to releases from now on. Negative values are DAC_ERR_INVALID_ARGUMENT. */
+int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
+                            int64_t max_pending);
+
+/* Writes the fan-out's counters of cleanup messages, each pointer may be NULL:
+** delivered, retries made, given up on, dropped (queue full), and pending now
+** (queued, being sent or awaiting a retry). dac_debug_info has them too. */
+int dac_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t *dropped, int64_t *pending);
+
+/* Waits up to timeout_ms for every pending cleanup message to be delivered or
+** given up on; DAC_ERR_TIMEOUT if some are still pending, whose number is
+** written to *pending (may be NULL). */
+int dac_cleanup_flush(int64_t timeout_ms, int64_t *pending);
+
+/* Log levels of the log hook. */
+#define DAC_LOG_DEBUG 0
+#define DAC_LOG_INFO 1
+#define DAC_LOG_WARNING 2
+#define DAC_LOG_ERROR 3
+
+/* Receives the library's log lines (a failed or dropped cleanup message...);
+** message is valid during the call only. Called on library threads. */
+typedef void (*dac_log_hook)(void *user_data, int level, const char *message);
+
+/* Sets the log hook (NULL, the default: warnings and errors go to stderr). */
+int dac_set_log_hook(dac_log_hook hook, void *user_data);
 
 #ifdef __cplusplus
 } /* extern "C" */

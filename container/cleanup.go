@@ -1,0 +1,320 @@
+package container
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// SendFunc delivers one cleanup message: "release context contextID" to
+// workerID, through the host's RPC layer. A non-nil error is a failed attempt.
+type SendFunc func(workerID uint16, contextID int64) error
+
+// LogFunc receives the cleanup's log lines (failures, drops).
+type LogFunc func(level LogLevel, msg string)
+
+// LogLevel orders log lines; the values are the C ABI's DAC_LOG_*.
+type LogLevel int
+
+// Log levels.
+const (
+	LogDebug   LogLevel = 0
+	LogInfo    LogLevel = 1
+	LogWarning LogLevel = 2
+	LogError   LogLevel = 3
+)
+
+// CleanupOptions tune a Cleanup; a zero field takes its default.
+type CleanupOptions struct {
+	MaxAttempts    int           // attempts per message, the first included; default 21 (the native 20 retries)
+	InitialBackoff time.Duration // wait before the first retry; default 10ms, doubling
+	MaxBackoff     time.Duration // longest wait between attempts; default 2s
+	MaxPending     int           // messages queued or awaiting retry; default 65536
+	Senders        int           // goroutines calling SendFunc; default 4
+}
+
+// DefaultCleanupAttempts is the native component's kNumCleanupContextRetries
+// (20) retries plus the first attempt.
+const DefaultCleanupAttempts = 21
+
+func (o CleanupOptions) withDefaults() CleanupOptions {
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = DefaultCleanupAttempts
+	}
+	if o.InitialBackoff <= 0 {
+		o.InitialBackoff = 10 * time.Millisecond
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 2 * time.Second
+	}
+	o.MaxBackoff = max(o.MaxBackoff, o.InitialBackoff)
+	if o.MaxPending <= 0 {
+		o.MaxPending = 65536
+	}
+	if o.Senders <= 0 {
+		o.Senders = 4
+	}
+	return o
+}
+
+// CleanupStats counts cleanup messages (one per known worker of a released
+// context).
+type CleanupStats struct {
+	Sent    int64 // delivered
+	Retried int64 // attempts after a failed one
+	Failed  int64 // given up on after MaxAttempts
+	Dropped int64 // refused: the queue was full, or the Cleanup closed
+	Skipped int64 // not sent: no SendFunc was set
+	Pending int64 // queued, being sent, or waiting to be retried
+}
+
+// Cleanup is the release fan-out: a Notifier that delivers one message per
+// known worker through a SendFunc, on its own goroutines, so that a releasing
+// caller never waits for the network. Failed sends are retried with
+// exponential backoff; a bounded queue caps what is pending, and whatever
+// overflows or finally fails is counted and logged, never returned to the
+// releasing caller (it has nothing to do about it: the best effort of the
+// native component, made observable). Safe for concurrent use.
+type Cleanup struct {
+	opts   CleanupOptions
+	send   atomic.Pointer[SendFunc]
+	log    atomic.Pointer[LogFunc]
+	queue  chan cleanupJob
+	done   chan struct{}
+	once   sync.Once // starts the senders on first use
+	wg     sync.WaitGroup
+	mu     sync.Mutex // guards closed and the retry timers
+	closed bool
+	timers map[*time.Timer]struct{}
+
+	sent, retried, failed, dropped, skipped, pending atomic.Int64
+}
+
+type cleanupJob struct {
+	worker  uint16
+	context int64
+	attempt int // attempts made so far
+}
+
+// NewCleanup returns a Cleanup that sends through send (nil: none yet, see
+// SetSender).
+func NewCleanup(send SendFunc, opts CleanupOptions) *Cleanup {
+	opts = opts.withDefaults()
+	c := &Cleanup{
+		opts:   opts,
+		queue:  make(chan cleanupJob, opts.MaxPending),
+		done:   make(chan struct{}),
+		timers: make(map[*time.Timer]struct{}),
+	}
+	c.SetSender(send)
+	return c
+}
+
+// Options returns the options in force, defaults filled in.
+func (c *Cleanup) Options() CleanupOptions { return c.opts }
+
+// SetSender sets the function that delivers messages (nil: none; releases
+// then send nothing and count Skipped, as the native component does without
+// an RPC agent).
+func (c *Cleanup) SetSender(send SendFunc) {
+	if send == nil {
+		c.send.Store(nil)
+		return
+	}
+	c.send.Store(&send)
+}
+
+// SetLog sets where log lines go (nil: dropped).
+func (c *Cleanup) SetLog(log LogFunc) {
+	if log == nil {
+		c.log.Store(nil)
+		return
+	}
+	c.log.Store(&log)
+}
+
+func (c *Cleanup) logf(level LogLevel, format string, args ...any) {
+	if l := c.log.Load(); l != nil {
+		(*l)(level, fmt.Sprintf(format, args...))
+	}
+}
+
+// NotifyRelease queues one message per worker; it never blocks.
+func (c *Cleanup) NotifyRelease(contextID int64, workers []uint16) {
+	if c.send.Load() == nil {
+		c.skipped.Add(int64(len(workers)))
+		c.logf(LogDebug, "no cleanup sender set: %d known workers of context %d are not told to release it", len(workers), contextID)
+		return
+	}
+	c.once.Do(c.start)
+	for _, w := range workers {
+		c.enqueue(cleanupJob{worker: w, context: contextID})
+	}
+}
+
+func (c *Cleanup) enqueue(j cleanupJob) {
+	c.pending.Add(1)
+	select {
+	case <-c.done:
+	default:
+		select {
+		case c.queue <- j:
+			return
+		default:
+		}
+	}
+	c.pending.Add(-1)
+	c.dropped.Add(1)
+	c.logf(LogWarning, "cleanup queue full (%d pending) or closed: dropped the release of context %d on worker %d", c.opts.MaxPending, j.context, j.worker)
+}
+
+func (c *Cleanup) start() {
+	c.wg.Add(c.opts.Senders)
+	for range c.opts.Senders {
+		go c.run()
+	}
+}
+
+func (c *Cleanup) run() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.done:
+			return
+		case j := <-c.queue:
+			c.deliver(j)
+		}
+	}
+}
+
+func (c *Cleanup) deliver(j cleanupJob) {
+	j.attempt++
+	err := errors.New("no cleanup sender set")
+	if send := c.send.Load(); send != nil {
+		err = callSend(*send, j.worker, j.context)
+	}
+	if err == nil {
+		c.sent.Add(1)
+		c.pending.Add(-1)
+		return
+	}
+	if j.attempt >= c.opts.MaxAttempts {
+		c.failed.Add(1)
+		c.pending.Add(-1)
+		c.logf(LogError, "Could not release Dist Autograd Context on node %d: %v (context %d, gave up after %d attempts)", j.worker, err, j.context, j.attempt)
+		return
+	}
+	c.retried.Add(1)
+	c.logf(LogDebug, "cleanup of context %d on worker %d failed (attempt %d): %v; retrying", j.context, j.worker, j.attempt, err)
+	c.retryLater(j)
+}
+
+// callSend calls send, turning a panic into a failed attempt.
+func callSend(send SendFunc, w uint16, id int64) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cleanup sender panicked: %v", r)
+		}
+	}()
+	return send(w, id)
+}
+
+func (c *Cleanup) backoff(attempt int) time.Duration {
+	d := c.opts.InitialBackoff
+	for i := 1; i < attempt && d < c.opts.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, c.opts.MaxBackoff)
+}
+
+// retryLater puts j back on the queue after its backoff; it stays pending
+// meanwhile, so the queue bound covers it too.
+func (c *Cleanup) retryLater(j cleanupJob) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		c.pending.Add(-1)
+		c.dropped.Add(1)
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(c.backoff(j.attempt), func() {
+		c.mu.Lock()
+		delete(c.timers, t)
+		c.mu.Unlock()
+		c.pending.Add(-1) // enqueue counts it again
+		c.enqueue(j)
+	})
+	c.timers[t] = struct{}{}
+}
+
+// Stats returns the counters.
+func (c *Cleanup) Stats() CleanupStats {
+	return CleanupStats{
+		Sent:    c.sent.Load(),
+		Retried: c.retried.Load(),
+		Failed:  c.failed.Load(),
+		Dropped: c.dropped.Load(),
+		Skipped: c.skipped.Load(),
+		Pending: c.pending.Load(),
+	}
+}
+
+// Flush waits until nothing is pending or timeout passes, and returns what is
+// still pending.
+func (c *Cleanup) Flush(timeout time.Duration) int64 {
+	deadline := time.Now().Add(timeout)
+	for {
+		p := c.pending.Load()
+		if p == 0 || !time.Now().Before(deadline) {
+			return p
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Close stops the senders and retry timers; what is still pending counts as
+// dropped. Releases after Close count as dropped too. Close is for tests and
+// simulations; the C ABI's Cleanup lives as long as the process.
+func (c *Cleanup) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	for t := range c.timers {
+		if t.Stop() {
+			c.pending.Add(-1)
+			c.dropped.Add(1)
+		}
+	}
+	c.timers = nil
+	close(c.done)
+	c.mu.Unlock()
+	c.once.Do(func() {}) // no senders may start after this
+	c.wg.Wait()
+	for {
+		select {
+		case <-c.queue:
+			c.pending.Add(-1)
+			c.dropped.Add(1)
+		default:
+			return
+		}
+	}
+}
+
+// Carry makes c's Stats include old's counters, for when c replaces old (new
+// options): the host sees one set of counters for the process. old keeps
+// delivering what it had queued; its later progress is not carried.
+func (c *Cleanup) Carry(old *Cleanup) {
+	s := old.Stats()
+	c.sent.Add(s.Sent)
+	c.retried.Add(s.Retried)
+	c.failed.Add(s.Failed)
+	c.dropped.Add(s.Dropped)
+	c.skipped.Add(s.Skipped)
+}

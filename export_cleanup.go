@@ -1,0 +1,147 @@
+package main
+
+/*
+#include <stdlib.h>
+#include "capi_internal.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"distautograd/container"
+)
+
+// The release fan-out of the process-wide container: a container.Cleanup
+// whose SendFunc calls the host's C function pointer, and whose log lines go
+// to the host's log hook (or, without one, warnings and errors to stderr,
+// as the native component logs through glog).
+var fanout struct {
+	mu      sync.Mutex
+	cleanup *container.Cleanup
+	sender  container.SendFunc
+	log     container.LogFunc
+}
+
+func init() {
+	fanout.log = stderrLog
+	fanout.cleanup = container.NewCleanup(nil, container.CleanupOptions{})
+	fanout.cleanup.SetLog(fanout.log)
+	proc.SetNotifier(fanout.cleanup)
+}
+
+func stderrLog(level container.LogLevel, msg string) {
+	if level >= container.LogWarning {
+		fmt.Fprintf(os.Stderr, "distautograd: %s\n", msg)
+	}
+}
+
+func currentCleanup() *container.Cleanup {
+	fanout.mu.Lock()
+	defer fanout.mu.Unlock()
+	return fanout.cleanup
+}
+
+//export dacgo_set_cleanup_sender
+func dacgo_set_cleanup_sender(fn unsafe.Pointer, userData unsafe.Pointer, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	fanout.mu.Lock()
+	defer fanout.mu.Unlock()
+	fanout.sender = nil
+	if fn != nil {
+		fanout.sender = func(worker uint16, contextID int64) error {
+			if r := C.dac_call_cleanup_sender(fn, userData, C.int32_t(worker), C.int64_t(contextID)); r != 0 {
+				return fmt.Errorf("cleanup sender returned %d", int(r))
+			}
+			return nil
+		}
+	}
+	fanout.cleanup.SetSender(fanout.sender)
+	return 0
+}
+
+//export dacgo_set_log_hook
+func dacgo_set_log_hook(fn unsafe.Pointer, userData unsafe.Pointer, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	fanout.mu.Lock()
+	defer fanout.mu.Unlock()
+	fanout.log = stderrLog
+	if fn != nil {
+		fanout.log = func(level container.LogLevel, msg string) {
+			cs := C.CString(msg)
+			defer C.free(unsafe.Pointer(cs))
+			C.dac_call_log(fn, userData, C.int(level), cs)
+		}
+	}
+	fanout.cleanup.SetLog(fanout.log)
+	return 0
+}
+
+//export dacgo_set_cleanup_options
+func dacgo_set_cleanup_options(maxAttempts C.int32_t, initialBackoffUs, maxBackoffUs, maxPending C.int64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	if maxAttempts < 0 || initialBackoffUs < 0 || maxBackoffUs < 0 || maxPending < 0 {
+		return fail(e, container.Errorf(container.ErrInvalidArgument, "dac_set_cleanup_options: values must be >= 0 (0 selects the default)"))
+	}
+	fanout.mu.Lock()
+	defer fanout.mu.Unlock()
+	// A new Cleanup takes over new releases; the old one finishes what it has.
+	c := container.NewCleanup(fanout.sender, container.CleanupOptions{
+		MaxAttempts:    int(maxAttempts),
+		InitialBackoff: time.Duration(initialBackoffUs) * time.Microsecond,
+		MaxBackoff:     time.Duration(maxBackoffUs) * time.Microsecond,
+		MaxPending:     int(maxPending),
+	})
+	c.SetLog(fanout.log)
+	old := fanout.cleanup
+	fanout.cleanup = c
+	proc.SetNotifier(c)
+	c.Carry(old)
+	return 0
+}
+
+//export dacgo_cleanup_stats
+func dacgo_cleanup_stats(sent, retried, failed, dropped, pending *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	s := currentCleanup().Stats()
+	for _, f := range []struct {
+		p *C.int64_t
+		v int64
+	}{{sent, s.Sent}, {retried, s.Retried}, {failed, s.Failed}, {dropped, s.Dropped}, {pending, s.Pending}} {
+		if f.p != nil {
+			*f.p = C.int64_t(f.v)
+		}
+	}
+	return 0
+}
+
+//export dacgo_cleanup_flush
+func dacgo_cleanup_flush(timeoutMs C.int64_t, pending *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	if timeoutMs < 0 {
+		return fail(e, container.Errorf(container.ErrInvalidArgument, "dac_cleanup_flush: timeout_ms must be >= 0, got %d", int64(timeoutMs)))
+	}
+	left := currentCleanup().Flush(time.Duration(timeoutMs) * time.Millisecond)
+	if pending != nil {
+		*pending = C.int64_t(left)
+	}
+	if left > 0 {
+		return fail(e, container.Errorf(container.ErrTimeout, "dac_cleanup_flush: %d cleanup messages still pending after %d ms", left, int64(timeoutMs)))
+	}
+	return 0
+}
+
+// cleanupDebugInfo adds the fan-out's counters to dac_debug_info.
+func cleanupDebugInfo(m map[string]int64) {
+	s := currentCleanup().Stats()
+	m["cleanup_sent"] = s.Sent
+	m["cleanup_retried"] = s.Retried
+	m["cleanup_failed"] = s.Failed
+	m["cleanup_dropped"] = s.Dropped
+	m["cleanup_skipped"] = s.Skipped
+	m["cleanup_pending"] = s.Pending
+}
