@@ -117,10 +117,29 @@ int dac_num_contexts(int64_t *out) {
 	return dacgo_num_contexts(out, &tls_error);
 }
 
+/* Message ids come to each thread in blocks of DAC_MESSAGE_ID_BLOCK that Go
+** reserves from the one counter, so most calls never leave C. Ids stay unique
+** and keep the layout; a thread's ids are consecutive, but ids of different
+** threads interleave by block rather than one by one. Ids a thread reserved
+** and did not use before it exited are never issued (ids are never reused). */
+#define DAC_MESSAGE_ID_BLOCK 256
+static __thread int64_t tls_msg_next, tls_msg_end; /* this thread's block: [next, end) */
+
 int dac_new_autograd_message_id(int64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	return dacgo_new_autograd_message_id(out, &tls_error);
+	if (__builtin_expect(tls_msg_next < tls_msg_end, 1)) {
+		*out = tls_msg_next++;
+		return DAC_OK;
+	}
+	int64_t first = 0, count = 0;
+	int rc = dacgo_new_autograd_message_id_block(DAC_MESSAGE_ID_BLOCK, &first, &count, &tls_error);
+	if (rc != DAC_OK)
+		return rc;
+	*out = first;
+	tls_msg_next = first + 1;
+	tls_msg_end = first + count;
+	return DAC_OK;
 }
 
 int dac_debug_info(char *buf, size_t capacity, size_t *length) {

@@ -99,18 +99,18 @@ func dacgo_num_contexts(out *C.int64_t, e *C.dac_error_slot) (rc C.int) {
 	return 0
 }
 
-//export dacgo_new_autograd_message_id
-func dacgo_new_autograd_message_id(out *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+//export dacgo_new_autograd_message_id_block
+func dacgo_new_autograd_message_id_block(n C.int64_t, first, count *C.int64_t, e *C.dac_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
 		return fail(e, err)
 	}
-	id, err := c.NewAutogradMessageID()
+	f, k, err := c.NewAutogradMessageIDBlock(int64(n))
 	if err != nil {
 		return fail(e, err)
 	}
-	*out = C.int64_t(id)
+	*first, *count = C.int64_t(f), C.int64_t(k)
 	return 0
 }
 

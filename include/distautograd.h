@@ -116,7 +116,11 @@ int dac_max_id(int64_t *out);
 /* Writes how many contexts the container holds. */
 int dac_num_contexts(int64_t *out);
 
-/* Writes the next autograd message id. DAC_ERR_EXHAUSTED at max_id. */
+/* Writes a new autograd message id, unique in this process and never reused;
+** DAC_ERR_EXHAUSTED once the counter reaches max_id. Each thread takes ids in
+** blocks from the one counter, so a thread's successive ids are consecutive
+** but ids of different threads interleave by block, not one by one as in the
+** native component (which only promises uniqueness too). */
 int dac_new_autograd_message_id(int64_t *out);
 
 /* Writes debug information as a JSON object of integer values, NUL-terminated,
