@@ -10,7 +10,7 @@ LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help test lint test-go test-python demo bench fuzz clean
+.PHONY: all help test lint test-go test-python demo bench fuzz clean testing-lib
 
 all: $(LIB) ## build build/libdistautograd.so and copy the headers beside it
 
@@ -28,11 +28,21 @@ $(BUILD)/$(SONAME): $(GOSRC) $(CSRC) go.mod go.sum
 $(LIB): $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $@
 
+# The testing build adds dac_testing_* functions (counters started near
+# max_id); the tests that need it build it, the release .so never has them.
+testing-lib: $(BUILD)/testing/libdistautograd.so ## build/testing/libdistautograd.so, with -tags dac_testing
+
+$(BUILD)/testing/libdistautograd.so: $(GOSRC) $(CSRC) go.mod go.sum
+	@mkdir -p $(BUILD)/testing
+	$(GO) build -buildmode=c-shared -tags dac_testing -trimpath -ldflags "$(LDFLAGS)" -o $(BUILD)/testing/$(SONAME) .
+	rm -f $(BUILD)/testing/*.h
+	ln -sf $(SONAME) $@
+
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	$(GO) vet ./...
 
-test-go: $(LIB) ## the Go tests with the race detector, the C/C++ ABI tests among them
+test-go: $(LIB) $(BUILD)/testing/libdistautograd.so ## the Go tests with the race detector, the C/C++ ABI tests among them
 	$(GO) test -race -count=1 ./...
 
 test-python: $(LIB) ## the Python unit tests and the differential suite against torch
