@@ -1,0 +1,461 @@
+// distautograd.hpp: the C++ interface of libdistautograd, header-only over
+// the C ABI of distautograd.h.
+//
+// It is a drop-in for the container part of PyTorch 1.13's C++ API
+// (torch/csrc/distributed/autograd/context/container.h and context.h): a
+// program written against torch::distributed::autograd::DistAutogradContainer
+// compiles against this header by changing its include and namespace, e.g.
+//
+//     #include <distautograd.hpp>
+//     namespace dist_autograd = distautograd;  // was torch::distributed::autograd
+//
+//     auto& container = dist_autograd::DistAutogradContainer::init(3);
+//     dist_autograd::ContextPtr ctx = container.newContext();
+//     ctx->addKnownWorkerId(4);
+//     container.releaseContext(ctx->contextId());
+//
+// The signatures are the native ones (a worker id is int16_t, the native
+// rpc::worker_id_t; numAutogradContexts returns size_t; ...). Every failure
+// throws distautograd::Error, a std::runtime_error whose what() is byte for
+// byte the message the native component raises (its first line: the native
+// c10::Error appends a backtrace) and whose status() is the DAC_ERR_* code.
+//
+// Where it differs from the native API, on purpose:
+//   - The send and recv functions of a context are the host runtime's opaque
+//     uint64_t values, not std::shared_ptr<SendRpcBackward> (distautograd runs
+//     no autograd engine): addSendFunction(fn, id), retrieveSendFunction(id),
+//     sendFunctions() and their recv counterparts take and give uint64_t.
+//   - Two ContextPtr to the same context are not the same object: every call
+//     that returns one takes a new reference from the library. Compare
+//     contextId(), not pointers.
+//   - The static functions setCurrentContextId, forceCurrentContextId and
+//     currentContextId throw "Need to initialize distributed autograd using
+//     torch.distributed.autograd.init()" before init(); the native ones run
+//     before init too.
+//   - A counter that would pass getMaxId() throws Error (DAC_ERR_EXHAUSTED);
+//     the native component fails an internal assertion.
+//   - A second send (or recv) function under the same message id throws
+//     Error (DAC_ERR_INVALID_ARGUMENT); the native one fails an assertion.
+// What it adds: retrieveContextIfPresent (nullptr if absent), ContextGuard
+// (a context for the length of a scope), retrieveRecvFunction, and the
+// library's own container operations (setMaxContexts, releaseContextsOfWorker,
+// reapIdleContexts, debugInfo).
+//
+// Requires C++14. Thread-safe as the C ABI is: the current context id is per
+// OS thread, exactly as the native thread_local.
+#ifndef DISTAUTOGRAD_HPP
+#define DISTAUTOGRAD_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "distautograd.h"
+
+namespace distautograd {
+
+// The type of a worker id in the native C++ API (rpc::worker_id_t). A worker
+// id w in [32768, 65535] is the int16_t value w - 65536, as there.
+using worker_id_t = int16_t;
+
+// Error is what every failing operation throws: what() is the message the C
+// ABI left (the native message where the native component raises one),
+// status() its DAC_ERR_* code.
+class Error : public std::runtime_error {
+ public:
+  Error(int status, const std::string& message) : std::runtime_error(message), status_(status) {}
+
+  // Returns the DAC_ERR_* status code of the failure.
+  int status() const noexcept { return status_; }
+
+  // Returns the name of status(), e.g. "DAC_ERR_NOT_FOUND".
+  const char* statusName() const noexcept { return dac_status_string(status_); }
+
+ private:
+  int status_;
+};
+
+class DistAutogradContext;
+class DistAutogradContainer;
+
+// A reference to a context; it keeps the context readable after the context
+// was released from the container. Its deleter drops the library's handle.
+using ContextPtr = std::shared_ptr<DistAutogradContext>;
+
+namespace detail {
+
+// Throws the calling thread's last error if status is not DAC_OK; it reads
+// the message at once, before anything else can fail on this thread.
+inline void check(int status) {
+  if (status != DAC_OK) {
+    throw Error(status, dac_last_error());
+  }
+}
+
+// The C ABI carries worker ids as int32_t in [0, 65535]; the C++ API as the
+// native int16_t. These convert between the two without loss.
+inline int32_t toC(worker_id_t w) noexcept { return static_cast<int32_t>(static_cast<uint16_t>(w)); }
+inline worker_id_t fromC(int32_t w) noexcept { return static_cast<worker_id_t>(static_cast<uint16_t>(w)); }
+
+inline ContextPtr wrap(dac_context* handle);
+
+// Lists (message id, function) pairs with the two-call protocol of
+// dac_context_send_functions; retries while the list grows under us.
+template <typename ListFn>
+std::unordered_map<int64_t, uint64_t> listFunctions(dac_context* handle, ListFn list) {
+  std::vector<int64_t> ids;
+  std::vector<uint64_t> fns;
+  size_t count = 0;
+  check(list(handle, nullptr, nullptr, 0, &count));
+  while (count > ids.size()) {
+    ids.resize(count);
+    fns.resize(count);
+    check(list(handle, ids.data(), fns.data(), ids.size(), &count));
+  }
+  std::unordered_map<int64_t, uint64_t> out;
+  out.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    out.emplace(ids[i], fns[i]);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+// DistAutogradContext is the state of one distributed autograd pass on this
+// worker, reached through a ContextPtr (make one with DistAutogradContainer).
+class DistAutogradContext {
+ public:
+  DistAutogradContext(const DistAutogradContext&) = delete;
+  DistAutogradContext& operator=(const DistAutogradContext&) = delete;
+  DistAutogradContext(DistAutogradContext&&) = delete;
+  DistAutogradContext& operator=(DistAutogradContext&&) = delete;
+
+  // Returns the context id.
+  int64_t contextId() const {
+    int64_t id = 0;
+    detail::check(dac_context_id(handle_, &id));
+    return id;
+  }
+
+  // Records that this pass sent an RPC to workerId, so that releasing the
+  // context tells that worker to release its copy. Adding one twice is a no-op.
+  void addKnownWorkerId(const worker_id_t workerId) {
+    detail::check(dac_context_add_known_worker_id(handle_, detail::toC(workerId)));
+  }
+
+  // Returns the known worker ids: the workers this pass sent RPCs to.
+  std::unordered_set<worker_id_t> getKnownWorkerIds() const {
+    std::vector<int32_t> ids;
+    size_t count = 0;
+    detail::check(dac_context_known_worker_ids(handle_, nullptr, 0, &count));
+    while (count > ids.size()) {
+      ids.resize(count);
+      detail::check(dac_context_known_worker_ids(handle_, ids.data(), ids.size(), &count));
+    }
+    std::unordered_set<worker_id_t> out;
+    for (size_t i = 0; i < count; ++i) {
+      out.insert(detail::fromC(ids[i]));
+    }
+    return out;
+  }
+
+  // Registers the host's send function fn, an opaque value, under
+  // autograd_message_id; a second one under the same id throws.
+  void addSendFunction(uint64_t fn, int64_t autograd_message_id) {
+    detail::check(dac_context_add_send_function(handle_, autograd_message_id, fn));
+  }
+
+  // Registers the host's recv function fn under autograd_message_id.
+  void addRecvFunction(uint64_t fn, int64_t autograd_message_id) {
+    detail::check(dac_context_add_recv_function(handle_, autograd_message_id, fn));
+  }
+
+  // Returns the send function under autograd_message_id, or throws "Could not
+  // find send function for autograd message id: 7".
+  uint64_t retrieveSendFunction(int64_t autograd_message_id) {
+    uint64_t fn = 0;
+    detail::check(dac_context_send_function(handle_, autograd_message_id, &fn));
+    return fn;
+  }
+
+  // Returns the recv function under autograd_message_id, or throws.
+  uint64_t retrieveRecvFunction(int64_t autograd_message_id) {
+    uint64_t fn = 0;
+    detail::check(dac_context_recv_function(handle_, autograd_message_id, &fn));
+    return fn;
+  }
+
+  // Returns every send function, keyed by autograd message id.
+  std::unordered_map<int64_t, uint64_t> sendFunctions() const {
+    return detail::listFunctions(handle_, dac_context_send_functions);
+  }
+
+  // Returns every recv function, keyed by autograd message id.
+  std::unordered_map<int64_t, uint64_t> recvFunctions() const {
+    return detail::listFunctions(handle_, dac_context_recv_functions);
+  }
+
+  // Returns the C handle, for calls into distautograd.h; it lives as long as
+  // this object (take your own with dac_context_ref to keep it longer).
+  dac_context* handle() const noexcept { return handle_; }
+
+ private:
+  friend ContextPtr detail::wrap(dac_context* handle);
+  explicit DistAutogradContext(dac_context* handle) noexcept : handle_(handle) {}
+  ~DistAutogradContext() = default;
+
+  // The deleter of every ContextPtr: drops the handle (a failure is ignored:
+  // a deleter must not throw, and the handle is then dead already).
+  struct Deleter {
+    void operator()(DistAutogradContext* ctx) const noexcept {
+      (void)dac_context_unref(ctx->handle_);
+      delete ctx;
+    }
+  };
+
+  dac_context* const handle_;
+};
+
+namespace detail {
+
+// Takes ownership of a new reference: nullptr stays nullptr.
+inline ContextPtr wrap(dac_context* handle) {
+  if (handle == nullptr) {
+    return nullptr;
+  }
+  DistAutogradContext* ctx = new (std::nothrow) DistAutogradContext(handle);
+  if (ctx == nullptr) {
+    (void)dac_context_unref(handle);
+    throw std::bad_alloc();
+  }
+  // On failure shared_ptr calls the deleter, which drops the handle.
+  return ContextPtr(ctx, DistAutogradContext::Deleter());
+}
+
+}  // namespace detail
+
+// DistAutogradContainer is the process-wide container of contexts: init() it
+// once with this worker's id, then reach it with getInstance().
+class DistAutogradContainer {
+ public:
+  DistAutogradContainer(const DistAutogradContainer&) = delete;
+  DistAutogradContainer& operator=(const DistAutogradContainer&) = delete;
+  DistAutogradContainer(DistAutogradContainer&&) = delete;
+  DistAutogradContainer& operator=(DistAutogradContainer&&) = delete;
+
+  // Initializes the container for worker_id, in [0, 65535], and returns it. A
+  // second call with the same id returns it again; with a different id (or,
+  // as natively, any second call for an id >= 32768) it throws.
+  static DistAutogradContainer& init(int64_t worker_id) {
+    detail::check(dac_init(worker_id));
+    return instance();
+  }
+
+  // Returns the container, or throws "Need to initialize distributed autograd
+  // using torch.distributed.autograd.init()" before init().
+  static DistAutogradContainer& getInstance() {
+    int32_t worker = 0;
+    detail::check(dac_worker_id(&worker));
+    return instance();
+  }
+
+  // Creates a context with the next context id and makes it the calling
+  // thread's current context; throws if the thread already has one.
+  const ContextPtr newContext() {
+    dac_context* h = nullptr;
+    detail::check(dac_context_new(&h));
+    return detail::wrap(h);
+  }
+
+  // Removes the context (throws "Could not find autograd context with id: N"
+  // if there is none), resets the calling thread's current id if it is that
+  // one, and tells the context's known workers to release theirs.
+  void releaseContext(int64_t context_id) { detail::check(dac_context_release(context_id)); }
+
+  // As releaseContext, but a missing context is a silent no-op.
+  void releaseContextIfPresent(int64_t context_id) {
+    detail::check(dac_context_release_if_present(context_id, nullptr));
+  }
+
+  // Returns normally if the context exists, else throws "Could not find
+  // autograd context with id: N".
+  void isValidContext(int64_t context_id) { detail::check(dac_context_is_valid(context_id)); }
+
+  // Returns the context, or throws "Could not find autograd context with id: N".
+  ContextPtr retrieveContext(int64_t context_id) {
+    dac_context* h = nullptr;
+    detail::check(dac_context_retrieve(context_id, &h));
+    return detail::wrap(h);
+  }
+
+  // Returns the context, or nullptr if there is none. (Not in the native API.)
+  ContextPtr retrieveContextIfPresent(int64_t context_id) {
+    dac_context* h = nullptr;
+    detail::check(dac_context_retrieve_if_present(context_id, &h));
+    return detail::wrap(h);
+  }
+
+  // Returns the calling thread's current context; throws if the thread has
+  // none, or if its current id names a context that was released.
+  ContextPtr currentContext() {
+    dac_context* h = nullptr;
+    detail::check(dac_context_current(&h));
+    return detail::wrap(h);
+  }
+
+  // Returns whether the calling thread has a current context id (a stale one,
+  // its context released, counts: it is not looked up).
+  bool hasValidContext() const {
+    int has = 0;
+    detail::check(dac_has_valid_context(&has));
+    return has != 0;
+  }
+
+  // Returns the next autograd message id, for a send/recv function pair.
+  int64_t newAutogradMessageId() {
+    int64_t id = 0;
+    detail::check(dac_new_autograd_message_id(&id));
+    return id;
+  }
+
+  // Returns the context, creating and storing it if there is none; does not
+  // change the calling thread's current context.
+  ContextPtr getOrCreateContext(int64_t context_id) {
+    dac_context* h = nullptr;
+    detail::check(dac_context_get_or_create(context_id, &h));
+    return detail::wrap(h);
+  }
+
+  // Returns the largest id this worker's counters can reach:
+  // (worker_id << 48) | (2^48 - 1), in signed 64-bit arithmetic.
+  int64_t getMaxId() {
+    int64_t id = 0;
+    detail::check(dac_max_id(&id));
+    return id;
+  }
+
+  // Returns this worker's id as the native int16_t (40000 is -25536).
+  worker_id_t getWorkerId() const {
+    int32_t worker = 0;
+    detail::check(dac_worker_id(&worker));
+    return detail::fromC(worker);
+  }
+
+  // Sets the calling thread's current context id; throws "Already have an
+  // autograd context id for this thread." if one is set.
+  static void setCurrentContextId(int64_t contextId) { detail::check(dac_set_current_context_id(contextId)); }
+
+  // Sets the calling thread's current context id unconditionally.
+  static void forceCurrentContextId(int64_t contextId) { detail::check(dac_force_current_context_id(contextId)); }
+
+  // Sets the calling thread's current context id back to -1.
+  void clearCurrentContext() { detail::check(dac_clear_current_context()); }
+
+  // Returns how many contexts the container holds.
+  size_t numAutogradContexts() const {
+    int64_t n = 0;
+    detail::check(dac_num_contexts(&n));
+    return static_cast<size_t>(n);
+  }
+
+  // Returns the calling thread's current context id, or -1.
+  static int64_t currentContextId() {
+    int64_t id = 0;
+    detail::check(dac_current_context_id(&id));
+    return id;
+  }
+
+  // ---- distautograd's own, not in the native API ----
+
+  // Caps the number of live contexts (0: no cap); past it newContext and
+  // getOrCreateContext throw (DAC_ERR_LIMIT).
+  void setMaxContexts(int64_t max_contexts) { detail::check(dac_set_max_contexts(max_contexts)); }
+
+  // Releases every context created by workerId (a worker that died mid-pass)
+  // and returns how many.
+  int64_t releaseContextsOfWorker(worker_id_t workerId) {
+    int64_t n = 0;
+    detail::check(dac_release_contexts_of_worker(detail::toC(workerId), &n));
+    return n;
+  }
+
+  // Releases every context untouched for max_idle_ms milliseconds and
+  // returns how many.
+  int64_t reapIdleContexts(int64_t max_idle_ms) {
+    int64_t n = 0;
+    detail::check(dac_reap_idle_contexts(max_idle_ms, &n));
+    return n;
+  }
+
+  // Returns the debug information as a JSON object of integer values
+  // (num_autograd_contexts, num_current_backward_passes, ...).
+  std::string debugInfo() const {
+    std::string out;
+    size_t length = 0;
+    detail::check(dac_debug_info(nullptr, 0, &length));
+    while (length + 1 > out.size()) {
+      out.resize(length + 1);
+      detail::check(dac_debug_info(&out[0], out.size(), &length));
+    }
+    out.resize(length);
+    return out;
+  }
+
+ private:
+  DistAutogradContainer() = default;
+  ~DistAutogradContainer() = default;
+
+  // The one instance: it holds no state (the library does), so it needs no
+  // teardown order and is safe to use from static destructors.
+  static DistAutogradContainer& instance() {
+    static DistAutogradContainer* const c = new DistAutogradContainer();
+    return *c;
+  }
+};
+
+// ContextGuard opens a new context for the calling thread for the length of a
+// scope, as Python's `with dist_autograd.context() as context_id:` does: the
+// constructor calls newContext() (and throws what it throws); the destructor
+// releases the context if it is still there, on every exit, exceptions
+// included, and never throws. Use it on the thread that created it.
+//
+//     {
+//       distautograd::ContextGuard guard;
+//       run_forward_and_backward(guard.contextId());
+//     }  // released here
+class ContextGuard {
+ public:
+  ContextGuard() : context_(DistAutogradContainer::getInstance().newContext()), id_(context_->contextId()) {}
+
+  ~ContextGuard() {
+    // dac_context_release_if_present itself never throws; a failure here
+    // (a forked child, say) has no one to report to.
+    (void)dac_context_release_if_present(id_, nullptr);
+  }
+
+  ContextGuard(const ContextGuard&) = delete;
+  ContextGuard& operator=(const ContextGuard&) = delete;
+  ContextGuard(ContextGuard&&) = delete;
+  ContextGuard& operator=(ContextGuard&&) = delete;
+
+  // Returns the id of the guarded context.
+  int64_t contextId() const noexcept { return id_; }
+
+  // Returns the guarded context; it stays readable after the guard released it.
+  const ContextPtr& context() const noexcept { return context_; }
+
+ private:
+  ContextPtr context_;
+  int64_t id_;
+};
+
+}  // namespace distautograd
+
+#endif  // DISTAUTOGRAD_HPP
