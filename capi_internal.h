@@ -19,6 +19,43 @@ typedef struct dac_error_slot {
 	char msg[DAC_ERROR_MSG_CAP];
 } dac_error_slot;
 
+/* The Go side (//export in export.go, export_cleanup.go). cgo declares them
+** again in _cgo_export.h, which capi.c includes too, so a declaration here
+** that disagrees with the Go signature is a compile error in capi.c; the ABI
+** contract test (abi/) checks that this list and cgo's are the same. Each
+** writes a failure into *e and returns its status. */
+int dacgo_fill_error(int code, dac_error_slot *e);
+int dacgo_init(int64_t worker_id, dac_error_slot *e);
+int dacgo_worker_id(int32_t *out, dac_error_slot *e);
+int dacgo_max_id(int64_t *out, dac_error_slot *e);
+int dacgo_num_contexts(int64_t *out, dac_error_slot *e);
+int dacgo_new_autograd_message_id_block(int64_t n, int64_t *first, int64_t *count, dac_error_slot *e);
+int dacgo_debug_info(char *buf, size_t capacity, size_t *length, dac_error_slot *e);
+int dacgo_set_max_contexts(int64_t n, dac_error_slot *e);
+int dacgo_context_new(int64_t *current, uint64_t *out, dac_error_slot *e);
+int dacgo_context_current(int64_t current, uint64_t *out, dac_error_slot *e);
+int dacgo_context_retrieve(int64_t id, int if_present, uint64_t *out, dac_error_slot *e);
+int dacgo_context_get_or_create(int64_t id, uint64_t *out, dac_error_slot *e);
+int dacgo_context_is_valid(int64_t id, dac_error_slot *e);
+int dacgo_context_release(int64_t *current, int64_t id, int if_present, int *released, dac_error_slot *e);
+int dacgo_release_contexts_of_worker(int32_t worker, int64_t *released, dac_error_slot *e);
+int dacgo_reap_idle_contexts(int64_t idle_ms, int64_t *released, dac_error_slot *e);
+int dacgo_context_ref(uint64_t h, int delta, dac_error_slot *e);
+int dacgo_context_id(uint64_t h, int64_t *out, dac_error_slot *e);
+int dacgo_context_add_known_worker_id(uint64_t h, int32_t worker, dac_error_slot *e);
+int dacgo_context_known_worker_ids(uint64_t h, int32_t *ids, size_t capacity, size_t *count, dac_error_slot *e);
+int dacgo_context_add_function(uint64_t h, int kind, int64_t msg_id, uint64_t fn, dac_error_slot *e);
+int dacgo_context_function(uint64_t h, int kind, int64_t msg_id, uint64_t *out, dac_error_slot *e);
+int dacgo_context_functions(uint64_t h, int kind, int64_t *msg_ids, uint64_t *fns, size_t capacity, size_t *count,
+                            dac_error_slot *e);
+int dacgo_set_cleanup_sender(void *fn, void *user_data, dac_error_slot *e);
+int dacgo_set_log_hook(void *fn, void *user_data, dac_error_slot *e);
+int dacgo_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
+                              int64_t max_pending, dac_error_slot *e);
+int dacgo_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t *dropped, int64_t *pending,
+                        dac_error_slot *e);
+int dacgo_cleanup_flush(int64_t timeout_ms, int64_t *pending, dac_error_slot *e);
+
 /* Trampolines: Go cannot call a C function pointer itself; it holds them as
 ** void* (the casts are POSIX-sanctioned, as for dlsym). */
 
