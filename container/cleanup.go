@@ -85,9 +85,16 @@ type Cleanup struct {
 	done   chan struct{}
 	once   sync.Once // starts the senders on first use
 	wg     sync.WaitGroup
-	mu     sync.Mutex // guards closed and the retry timers
-	closed bool
+	mu     sync.Mutex // guards the retry timers; taken before closeMu
 	timers map[*time.Timer]struct{}
+	timing sync.WaitGroup // retry timers set and not yet stopped or finished
+
+	// closeMu orders queueing before Close: whoever puts a message on the
+	// queue holds it shared, Close sets closed holding it (and mu)
+	// exclusively, so after that nothing enters the queue and Close's drain
+	// finds everything.
+	closeMu sync.RWMutex
+	closed  bool
 
 	sent, retried, failed, dropped, skipped, pending atomic.Int64
 }
@@ -149,25 +156,45 @@ func (c *Cleanup) NotifyRelease(contextID int64, workers []uint16) {
 		return
 	}
 	c.once.Do(c.start)
+	var refused []uint16
+	c.closeMu.RLock()
 	for _, w := range workers {
-		c.enqueue(cleanupJob{worker: w, context: contextID})
+		if !c.admit(cleanupJob{worker: w, context: contextID}) {
+			refused = append(refused, w)
+		}
+	}
+	c.closeMu.RUnlock()
+	for _, w := range refused { // logged outside closeMu: the hook may release contexts
+		c.logDropped(contextID, w)
 	}
 }
 
-func (c *Cleanup) enqueue(j cleanupJob) {
-	c.pending.Add(1)
-	select {
-	case <-c.done:
-	default:
-		select {
-		case c.queue <- j:
-			return
-		default:
-		}
+// admit counts j as pending and queues it, or counts it as dropped if
+// MaxPending messages are pending already (queued, being sent or awaiting a
+// retry) or the Cleanup is closed. The caller holds closeMu shared.
+func (c *Cleanup) admit(j cleanupJob) bool {
+	if c.pending.Add(1) <= int64(c.opts.MaxPending) && !c.closed && c.put(j) {
+		return true
 	}
 	c.pending.Add(-1)
 	c.dropped.Add(1)
-	c.logf(LogWarning, "cleanup queue full (%d pending) or closed: dropped the release of context %d on worker %d", c.opts.MaxPending, j.context, j.worker)
+	return false
+}
+
+// put queues j without blocking. Every queued message is counted pending and
+// admit keeps pending at most MaxPending, the queue's capacity, so put fails
+// only if that reasoning is wrong; a failure is then a drop, never a stall.
+func (c *Cleanup) put(j cleanupJob) bool {
+	select {
+	case c.queue <- j:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *Cleanup) logDropped(contextID int64, worker uint16) {
+	c.logf(LogWarning, "cleanup queue full (%d pending) or closed: dropped the release of context %d on worker %d", c.opts.MaxPending, contextID, worker)
 }
 
 func (c *Cleanup) start() {
@@ -180,6 +207,11 @@ func (c *Cleanup) start() {
 func (c *Cleanup) run() {
 	defer c.wg.Done()
 	for {
+		select {
+		case <-c.done: // Close wins over a queue that is not empty
+			return
+		default:
+		}
 		select {
 		case <-c.done:
 			return
@@ -239,13 +271,21 @@ func (c *Cleanup) retryLater(j cleanupJob) {
 		c.dropped.Add(1)
 		return
 	}
+	c.timing.Add(1)
 	var t *time.Timer
 	t = time.AfterFunc(c.backoff(j.attempt), func() {
+		defer c.timing.Done()
 		c.mu.Lock()
 		delete(c.timers, t)
 		c.mu.Unlock()
-		c.pending.Add(-1) // enqueue counts it again
-		c.enqueue(j)
+		c.closeMu.RLock()
+		ok := !c.closed && c.put(j)
+		c.closeMu.RUnlock()
+		if !ok {
+			c.pending.Add(-1)
+			c.dropped.Add(1)
+			c.logDropped(j.context, j.worker)
+		}
 	})
 	c.timers[t] = struct{}{}
 }
@@ -284,11 +324,14 @@ func (c *Cleanup) Close() {
 		c.mu.Unlock()
 		return
 	}
+	c.closeMu.Lock()
 	c.closed = true
+	c.closeMu.Unlock()
 	for t := range c.timers {
 		if t.Stop() {
 			c.pending.Add(-1)
 			c.dropped.Add(1)
+			c.timing.Done()
 		}
 	}
 	c.timers = nil
@@ -296,6 +339,7 @@ func (c *Cleanup) Close() {
 	c.mu.Unlock()
 	c.once.Do(func() {}) // no senders may start after this
 	c.wg.Wait()
+	c.timing.Wait() // timers that fired before Close drop or queue their message
 	for {
 		select {
 		case <-c.queue:

@@ -1,0 +1,512 @@
+package container
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// Tests of Cleanup on its own: delivery, retries, failures, the queue bound,
+// Flush and Close. Its wiring into a Container is in fanout_test.go.
+
+// settle is how long a test waits for something that should happen at once;
+// generous, because the race detector on two busy cores is slow.
+const settle = 5 * time.Second
+
+// poll is how often require.Eventually looks.
+const poll = time.Millisecond
+
+// fastRetry makes retries quick so that tests of giving up finish at once.
+var fastRetry = CleanupOptions{MaxAttempts: 4, InitialBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
+
+// message is one call of a SendFunc.
+type message struct {
+	worker  uint16
+	context int64
+}
+
+// recorder is a SendFunc that records every call, and fails or panics as
+// its fail function says (nil: always succeeds).
+type recorder struct {
+	mu    sync.Mutex
+	calls []message
+	at    []time.Time
+	fail  func(m message, attempt int) error // attempt counts calls for m, from 1
+}
+
+func (r *recorder) send(worker uint16, contextID int64) error {
+	m := message{worker, contextID}
+	r.mu.Lock()
+	r.calls = append(r.calls, m)
+	r.at = append(r.at, time.Now())
+	attempt := 0
+	for _, c := range r.calls {
+		if c == m {
+			attempt++
+		}
+	}
+	fail := r.fail
+	r.mu.Unlock()
+	if fail != nil {
+		return fail(m, attempt)
+	}
+	return nil
+}
+
+func (r *recorder) messages() []message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+func (r *recorder) times() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.at)
+}
+
+// logs records log lines.
+type logs struct {
+	mu    sync.Mutex
+	lines []string // "LEVEL message"
+}
+
+func (l *logs) log(level LogLevel, msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf("%d %s", level, msg))
+}
+
+// find returns the lines at level that contain substr.
+func (l *logs) find(level LogLevel, substr string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	prefix := fmt.Sprintf("%d ", level)
+	for _, s := range l.lines {
+		if strings.HasPrefix(s, prefix) && strings.Contains(s, substr) {
+			out = append(out, strings.TrimPrefix(s, prefix))
+		}
+	}
+	return out
+}
+
+// newTestCleanup returns a Cleanup logging into l, closed when the test ends.
+func newTestCleanup(t *testing.T, send SendFunc, opts CleanupOptions, l *logs) *Cleanup {
+	t.Helper()
+	c := NewCleanup(send, opts)
+	if l != nil {
+		c.SetLog(l.log)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// waitStats waits until cond holds for c's counters.
+func waitStats(t *testing.T, c *Cleanup, cond func(CleanupStats) bool, what string) {
+	t.Helper()
+	require.Eventuallyf(t, func() bool { return cond(c.Stats()) }, settle, poll, "%s; stats: %+v", what, c.Stats())
+}
+
+// flushed waits until c has nothing pending and returns its counters.
+func flushed(t *testing.T, c *Cleanup) CleanupStats {
+	t.Helper()
+	require.Zero(t, c.Flush(settle), "cleanup messages still pending")
+	return c.Stats()
+}
+
+// accounted checks that every message c was given ended up counted once.
+func accounted(t *testing.T, s CleanupStats, given int64) {
+	t.Helper()
+	assert.Equal(t, given, s.Sent+s.Failed+s.Dropped+s.Pending, "sent+failed+dropped+pending must be every message given: %+v", s)
+}
+
+func TestMain(m *testing.M) {
+	// The coarse clock (clock.go) runs one ticker goroutine for the life of
+	// the process, by design; everything else a test starts must be gone.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("distautograd/container.startClock.func1"))
+}
+
+func TestCleanupOptionsDefaults(t *testing.T) {
+	c := NewCleanup(nil, CleanupOptions{})
+	defer c.Close()
+	assert.Equal(t, CleanupOptions{
+		MaxAttempts:    DefaultCleanupAttempts,
+		InitialBackoff: 10 * time.Millisecond,
+		MaxBackoff:     2 * time.Second,
+		MaxPending:     65536,
+		Senders:        4,
+	}, c.Options())
+	assert.Equal(t, 21, DefaultCleanupAttempts, "the native component retries 20 times after the first attempt")
+
+	// A MaxBackoff below InitialBackoff is raised to it; negatives are defaults.
+	c2 := NewCleanup(nil, CleanupOptions{MaxAttempts: -1, InitialBackoff: time.Second, MaxBackoff: time.Millisecond, MaxPending: -5, Senders: -2})
+	defer c2.Close()
+	o := c2.Options()
+	assert.Equal(t, DefaultCleanupAttempts, o.MaxAttempts)
+	assert.Equal(t, time.Second, o.InitialBackoff)
+	assert.Equal(t, time.Second, o.MaxBackoff)
+	assert.Equal(t, 65536, o.MaxPending)
+	assert.Equal(t, 4, o.Senders)
+}
+
+func TestCleanupBackoffDoublesUpToMax(t *testing.T) {
+	c := NewCleanup(nil, CleanupOptions{InitialBackoff: 10 * time.Millisecond, MaxBackoff: 70 * time.Millisecond})
+	defer c.Close()
+	var got []time.Duration
+	for attempt := 1; attempt <= 6; attempt++ {
+		got = append(got, c.backoff(attempt))
+	}
+	ms := time.Millisecond
+	assert.Equal(t, []time.Duration{10 * ms, 20 * ms, 40 * ms, 70 * ms, 70 * ms, 70 * ms}, got)
+	// Large attempt numbers must not overflow into a zero or negative wait.
+	assert.Equal(t, 70*ms, c.backoff(1000))
+}
+
+func TestCleanupSendsOneMessagePerWorker(t *testing.T) {
+	var r recorder
+	c := newTestCleanup(t, r.send, CleanupOptions{}, nil)
+	c.NotifyRelease(42, []uint16{1, 2, 65535})
+	c.NotifyRelease(43, []uint16{2})
+	c.NotifyRelease(44, nil) // nothing to tell
+	s := flushed(t, c)
+	assert.ElementsMatch(t, []message{{1, 42}, {2, 42}, {65535, 42}, {2, 43}}, r.messages())
+	assert.Equal(t, CleanupStats{Sent: 4}, s)
+}
+
+func TestCleanupRetriesWithBackoffThenSucceeds(t *testing.T) {
+	r := recorder{fail: func(m message, attempt int) error {
+		if attempt < 3 {
+			return errors.New("connection reset")
+		}
+		return nil
+	}}
+	opts := CleanupOptions{MaxAttempts: 5, InitialBackoff: 5 * time.Millisecond, MaxBackoff: time.Second}
+	c := newTestCleanup(t, r.send, opts, nil)
+	c.NotifyRelease(7, []uint16{3})
+	s := flushed(t, c)
+	assert.Equal(t, CleanupStats{Sent: 1, Retried: 2}, s)
+	assert.Equal(t, []message{{3, 7}, {3, 7}, {3, 7}}, r.messages())
+	// A timer never fires early, so each wait is at least its backoff (5ms,
+	// then 10ms); nothing here bounds how long a wait may take.
+	at := r.times()
+	assert.GreaterOrEqual(t, at[1].Sub(at[0]), 5*time.Millisecond)
+	assert.GreaterOrEqual(t, at[2].Sub(at[1]), 10*time.Millisecond)
+}
+
+func TestCleanupGivesUpAfterMaxAttempts(t *testing.T) {
+	r := recorder{fail: func(message, int) error { return errors.New("connection refused") }}
+	var l logs
+	c := newTestCleanup(t, r.send, fastRetry, &l)
+	c.NotifyRelease(99, []uint16{7, 8})
+	s := flushed(t, c)
+	assert.Equal(t, CleanupStats{Failed: 2, Retried: 2 * 3}, s)
+	assert.Len(t, r.messages(), 2*fastRetry.MaxAttempts, "every attempt calls the sender")
+
+	for _, w := range []uint16{7, 8} {
+		lines := l.find(LogError, fmt.Sprintf("Could not release Dist Autograd Context on node %d: ", w))
+		require.Len(t, lines, 1, "one error line per message given up on")
+		assert.True(t, strings.HasPrefix(lines[0], fmt.Sprintf("Could not release Dist Autograd Context on node %d: connection refused", w)), lines[0])
+		assert.Contains(t, lines[0], "context 99")
+	}
+	assert.Len(t, l.find(LogDebug, "retrying"), 6, "each retry is logged at debug level")
+}
+
+func TestCleanupPanickingSenderIsAFailedAttempt(t *testing.T) {
+	r := recorder{fail: func(message, int) error { panic("boom") }}
+	var l logs
+	c := newTestCleanup(t, r.send, CleanupOptions{MaxAttempts: 2, InitialBackoff: time.Millisecond}, &l)
+	c.NotifyRelease(5, []uint16{1})
+	s := flushed(t, c)
+	assert.Equal(t, CleanupStats{Failed: 1, Retried: 1}, s)
+	lines := l.find(LogError, "Could not release Dist Autograd Context on node 1: ")
+	require.Len(t, lines, 1)
+	assert.Contains(t, lines[0], "cleanup sender panicked: boom")
+
+	// The senders survived the panics: a working sender now delivers.
+	var ok recorder
+	c.SetSender(ok.send)
+	c.NotifyRelease(6, []uint16{2})
+	assert.Equal(t, int64(1), flushed(t, c).Sent)
+	assert.Equal(t, []message{{2, 6}}, ok.messages())
+}
+
+func TestCleanupWithoutSenderSkips(t *testing.T) {
+	var l logs
+	c := newTestCleanup(t, nil, CleanupOptions{}, &l)
+	c.NotifyRelease(1, []uint16{1, 2, 3})
+	assert.Equal(t, CleanupStats{Skipped: 3}, c.Stats())
+	assert.Len(t, l.find(LogDebug, "no cleanup sender set"), 1)
+
+	// A sender set later serves later releases; unset again, they skip.
+	var r recorder
+	c.SetSender(r.send)
+	c.NotifyRelease(2, []uint16{4})
+	assert.Equal(t, CleanupStats{Sent: 1, Skipped: 3}, flushed(t, c))
+	c.SetSender(nil)
+	c.NotifyRelease(3, []uint16{5})
+	assert.Equal(t, CleanupStats{Sent: 1, Skipped: 4}, flushed(t, c))
+	assert.Equal(t, []message{{4, 2}}, r.messages())
+}
+
+func TestCleanupSenderUnsetWhileRetrying(t *testing.T) {
+	// A message already queued when the sender goes away is an attempt that
+	// fails ("no cleanup sender set"), and is given up on like any other.
+	r := recorder{fail: func(message, int) error { return errors.New("unreachable") }}
+	var l logs
+	c := newTestCleanup(t, r.send, fastRetry, &l)
+	c.NotifyRelease(1, []uint16{9})
+	waitStats(t, c, func(s CleanupStats) bool { return s.Retried >= 1 }, "first attempt failed")
+	c.SetSender(nil)
+	s := flushed(t, c)
+	assert.Equal(t, int64(1), s.Failed)
+	assert.NotEmpty(t, l.find(LogError, "on node 9: "))
+}
+
+// gate is a SendFunc that blocks until opened, counting the callers inside.
+type gate struct {
+	open   chan struct{}
+	inside atomic.Int64
+	calls  atomic.Int64
+}
+
+func newGate() *gate { return &gate{open: make(chan struct{})} }
+
+func (g *gate) send(uint16, int64) error {
+	g.calls.Add(1)
+	g.inside.Add(1)
+	defer g.inside.Add(-1)
+	<-g.open
+	return nil
+}
+
+func TestCleanupBlockedSenderDoesNotBlockNotify(t *testing.T) {
+	g := newGate()
+	var l logs
+	opts := CleanupOptions{Senders: 2, MaxPending: 4}
+	c := newTestCleanup(t, g.send, opts, &l)
+	t.Cleanup(func() { closeOnce(g.open) }) // before Close, which waits for the senders
+
+	const n = 50
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			c.NotifyRelease(int64(i), []uint16{1})
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(settle):
+		t.Fatal("NotifyRelease blocked behind a stuck sender")
+	}
+	require.Eventually(t, func() bool { return g.inside.Load() == 2 }, settle, poll, "both senders stuck")
+
+	// Both senders hold one message each; at most MaxPending wait; the rest
+	// overflowed, were counted and logged.
+	s := c.Stats()
+	assert.LessOrEqual(t, s.Pending, int64(opts.MaxPending+opts.Senders))
+	assert.GreaterOrEqual(t, s.Dropped, int64(n-opts.MaxPending-opts.Senders))
+	accounted(t, s, n)
+	assert.Len(t, l.find(LogWarning, "dropped the release of context"), int(s.Dropped))
+	assert.Contains(t, l.find(LogWarning, "dropped")[0], "cleanup queue full")
+
+	// Unstuck, everything still pending is delivered.
+	closeOnce(g.open)
+	s = flushed(t, c)
+	assert.Equal(t, int64(n), s.Sent+s.Dropped)
+	assert.Equal(t, s.Sent, g.calls.Load())
+}
+
+var closeMu sync.Mutex
+
+func closeOnce(ch chan struct{}) {
+	closeMu.Lock()
+	defer closeMu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+func TestCleanupQueueBoundCoversRetries(t *testing.T) {
+	// MaxPending bounds what is queued *or awaiting a retry* (the header's
+	// contract): a dead peer whose messages all wait for their next attempt
+	// must not let pending grow past it.
+	r := recorder{fail: func(message, int) error { return errors.New("peer dead") }}
+	opts := CleanupOptions{Senders: 1, MaxPending: 4, MaxAttempts: 3, InitialBackoff: time.Hour}
+	c := newTestCleanup(t, r.send, opts, nil)
+	const n = 20
+	for i := range n {
+		c.NotifyRelease(int64(i), []uint16{1})
+		// Wait for this message to fail its first attempt (or be refused),
+		// so that it waits on a retry timer rather than in the queue.
+		waitStats(t, c, func(s CleanupStats) bool { return s.Retried+s.Dropped == int64(i+1) }, "message handled")
+	}
+	s := c.Stats()
+	assert.Equal(t, int64(opts.MaxPending), s.Pending, "pending must stop at MaxPending: %+v", s)
+	assert.Equal(t, int64(n-opts.MaxPending), s.Dropped)
+	accounted(t, s, n)
+}
+
+func TestCleanupFlush(t *testing.T) {
+	g := newGate()
+	c := newTestCleanup(t, g.send, CleanupOptions{Senders: 1}, nil)
+	t.Cleanup(func() { closeOnce(g.open) })
+	assert.Zero(t, c.Flush(0), "nothing pending: Flush returns at once")
+
+	c.NotifyRelease(1, []uint16{1, 2, 3})
+	// The sender is stuck, so a short Flush times out and says what is left.
+	assert.Equal(t, int64(3), c.Flush(20*time.Millisecond))
+	closeOnce(g.open)
+	assert.Zero(t, c.Flush(settle))
+	assert.Equal(t, int64(3), c.Stats().Sent)
+}
+
+func TestCleanupCloseDropsPendingAndStopsGoroutines(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	r := recorder{fail: func(message, int) error { return errors.New("down") }}
+	var l logs
+	// Retries wait an hour, so everything stays pending until Close.
+	c := NewCleanup(r.send, CleanupOptions{InitialBackoff: time.Hour, Senders: 3})
+	c.SetLog(l.log)
+	c.NotifyRelease(1, []uint16{1, 2, 3, 4, 5})
+	waitStats(t, c, func(s CleanupStats) bool { return s.Retried == 5 }, "every first attempt failed")
+	require.Equal(t, int64(5), c.Stats().Pending)
+
+	c.Close()
+	s := c.Stats()
+	assert.Equal(t, CleanupStats{Retried: 5, Dropped: 5}, s, "Close drops what waits for a retry")
+
+	// After Close nothing is sent; releases count as dropped and are logged.
+	c.NotifyRelease(2, []uint16{6, 7})
+	s = c.Stats()
+	assert.Equal(t, int64(7), s.Dropped)
+	assert.Zero(t, s.Pending)
+	assert.Len(t, l.find(LogWarning, "or closed: dropped the release of context 2"), 2)
+	assert.Len(t, r.messages(), 5, "no attempt after Close")
+	c.Close() // a second Close is a no-op
+	assert.Zero(t, c.Flush(0))
+}
+
+func TestCleanupCloseDropsQueued(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	// One sender, stuck on the first message; the others wait in the queue.
+	g := newGate()
+	c := NewCleanup(g.send, CleanupOptions{Senders: 1})
+	c.NotifyRelease(1, []uint16{1, 2, 3, 4})
+	require.Eventually(t, func() bool { return g.inside.Load() == 1 }, settle, poll)
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }()
+	// Close waits for the message being sent (the sender owns it), then
+	// drops the queued ones: open the gate once Close has begun.
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.closed
+	}, settle, poll)
+	closeOnce(g.open)
+	select {
+	case <-closed:
+	case <-time.After(settle):
+		t.Fatal("Close did not return once the sender did")
+	}
+	assert.Equal(t, CleanupStats{Sent: 1, Dropped: 3}, c.Stats())
+}
+
+func TestCleanupNeverUsedStartsNothing(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	// The senders start on the first message, so an idle Cleanup (every
+	// process that never sets a sender) costs no goroutines.
+	c := NewCleanup(func(uint16, int64) error { return nil }, CleanupOptions{Senders: 8})
+	require.NoError(t, goleak.Find(goleak.IgnoreCurrent()))
+	c.Close()
+}
+
+func TestCleanupCloseWhileNotifying(t *testing.T) {
+	// Close racing with releases and retries: every message is counted once,
+	// nothing stays pending, no goroutine is left.
+	for round := range 20 {
+		var calls atomic.Int64
+		send := func(uint16, int64) error {
+			if calls.Add(1)%3 == 0 {
+				return errors.New("flaky")
+			}
+			return nil
+		}
+		c := NewCleanup(send, CleanupOptions{InitialBackoff: time.Microsecond, MaxBackoff: 10 * time.Microsecond, MaxPending: 64})
+		const goroutines, each = 4, 200
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				for i := range each {
+					c.NotifyRelease(int64(g*each+i), []uint16{1, 2})
+				}
+			})
+		}
+		time.Sleep(time.Duration(round%5) * 100 * time.Microsecond)
+		c.Close()
+		wg.Wait()
+		s := c.Stats()
+		require.Zero(t, s.Pending, "round %d: messages stuck after Close: %+v", round, s)
+		accounted(t, s, goroutines*each*2)
+	}
+}
+
+func TestCleanupConcurrentAccounting(t *testing.T) {
+	var calls atomic.Int64
+	send := func(uint16, int64) error {
+		if calls.Add(1)%4 == 0 {
+			return errors.New("flaky")
+		}
+		return nil
+	}
+	c := newTestCleanup(t, send, CleanupOptions{MaxAttempts: 3, InitialBackoff: 10 * time.Microsecond, MaxBackoff: 100 * time.Microsecond}, nil)
+	const goroutines, each = 8, 500
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				c.NotifyRelease(int64(g*each+i), []uint16{uint16(i), uint16(i + 1)})
+			}
+		})
+	}
+	wg.Wait()
+	s := flushed(t, c)
+	accounted(t, s, goroutines*each*2)
+	assert.Zero(t, s.Dropped)
+	assert.Equal(t, calls.Load(), s.Sent+s.Retried+s.Failed, "every call is a delivery, a retry's cause or a final failure")
+}
+
+func TestCleanupCarry(t *testing.T) {
+	fail := func(uint16, int64) error { return errors.New("no") }
+	old := newTestCleanup(t, fail, CleanupOptions{MaxAttempts: 2, InitialBackoff: time.Microsecond}, nil)
+	old.NotifyRelease(1, []uint16{1})
+	flushed(t, old)
+	skip := newTestCleanup(t, nil, CleanupOptions{}, nil)
+	skip.NotifyRelease(2, []uint16{1, 2})
+
+	c := newTestCleanup(t, func(uint16, int64) error { return nil }, CleanupOptions{}, nil)
+	c.NotifyRelease(3, []uint16{1})
+	flushed(t, c)
+	c.Carry(old)
+	c.Carry(skip)
+	assert.Equal(t, CleanupStats{Sent: 1, Retried: 1, Failed: 1, Skipped: 2}, c.Stats())
+}
+
+func TestCleanupSetLogNil(t *testing.T) {
+	c := newTestCleanup(t, func(uint16, int64) error { return errors.New("x") }, CleanupOptions{MaxAttempts: 1}, nil)
+	c.SetLog(nil) // log lines are dropped, not a nil call
+	c.NotifyRelease(1, []uint16{1})
+	assert.Equal(t, int64(1), flushed(t, c).Failed)
+}
