@@ -10,7 +10,7 @@ LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help test lint test-go test-python demo bench fuzz clean testing-lib
+.PHONY: all help test lint test-go test-python demo bench fuzz clean testing-lib generate
 
 all: $(LIB) ## build build/libdistautograd.so and copy the headers beside it
 
@@ -56,6 +56,9 @@ demo: $(LIB) ## a training runtime's worker, acted out in C
 	@mkdir -p $(BUILD)
 	$(CC) -std=c99 -Wall -Wextra -Werror -O2 -Iinclude examples/demo.c -L$(BUILD) -ldistautograd -Wl,-rpath,'$$ORIGIN' -lpthread -o $(BUILD)/demo
 	$(BUILD)/demo
+
+generate: ## regenerate python_bindings/distautograd/_abi.py (ctypes prototypes) from include/distautograd.h
+	$(GO) run ./cmd/dacgen
 
 clean: ## remove build outputs
 	rm -rf $(BUILD)
