@@ -18,33 +18,33 @@ import (
 // Tests of Cleanup on its own: delivery, retries, failures, the queue bound,
 // Flush and Close. Its wiring into a Container is in fanout_test.go.
 
-// settle is how long a test waits for something that should happen at once;
+// fanoutWait is how long a test waits for something that should happen at once;
 // generous, because the race detector on two busy cores is slow.
-const settle = 5 * time.Second
+const fanoutWait = 5 * time.Second
 
-// poll is how often require.Eventually looks.
-const poll = time.Millisecond
+// fanoutPoll is how often require.Eventually looks.
+const fanoutPoll = time.Millisecond
 
-// fastRetry makes retries quick so that tests of giving up finish at once.
-var fastRetry = CleanupOptions{MaxAttempts: 4, InitialBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
+// fastRetryOptions makes retries quick so that tests of giving up finish at once.
+var fastRetryOptions = CleanupOptions{MaxAttempts: 4, InitialBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond}
 
-// message is one call of a SendFunc.
-type message struct {
+// sentMsg is one call of a SendFunc.
+type sentMsg struct {
 	worker  uint16
 	context int64
 }
 
-// recorder is a SendFunc that records every call, and fails or panics as
+// sendRecorder is a SendFunc that records every call, and fails or panics as
 // its fail function says (nil: always succeeds).
-type recorder struct {
+type sendRecorder struct {
 	mu    sync.Mutex
-	calls []message
+	calls []sentMsg
 	at    []time.Time
-	fail  func(m message, attempt int) error // attempt counts calls for m, from 1
+	fail  func(m sentMsg, attempt int) error // attempt counts calls for m, from 1
 }
 
-func (r *recorder) send(worker uint16, contextID int64) error {
-	m := message{worker, contextID}
+func (r *sendRecorder) send(worker uint16, contextID int64) error {
+	m := sentMsg{worker, contextID}
 	r.mu.Lock()
 	r.calls = append(r.calls, m)
 	r.at = append(r.at, time.Now())
@@ -62,32 +62,32 @@ func (r *recorder) send(worker uint16, contextID int64) error {
 	return nil
 }
 
-func (r *recorder) messages() []message {
+func (r *sendRecorder) messages() []sentMsg {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.calls)
 }
 
-func (r *recorder) times() []time.Time {
+func (r *sendRecorder) times() []time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.at)
 }
 
-// logs records log lines.
-type logs struct {
+// logRecorder records log lines.
+type logRecorder struct {
 	mu    sync.Mutex
 	lines []string // "LEVEL message"
 }
 
-func (l *logs) log(level LogLevel, msg string) {
+func (l *logRecorder) log(level LogLevel, msg string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lines = append(l.lines, fmt.Sprintf("%d %s", level, msg))
 }
 
 // find returns the lines at level that contain substr.
-func (l *logs) find(level LogLevel, substr string) []string {
+func (l *logRecorder) find(level LogLevel, substr string) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
@@ -101,7 +101,7 @@ func (l *logs) find(level LogLevel, substr string) []string {
 }
 
 // newTestCleanup returns a Cleanup logging into l, closed when the test ends.
-func newTestCleanup(t *testing.T, send SendFunc, opts CleanupOptions, l *logs) *Cleanup {
+func newTestCleanup(t *testing.T, send SendFunc, opts CleanupOptions, l *logRecorder) *Cleanup {
 	t.Helper()
 	c := NewCleanup(send, opts)
 	if l != nil {
@@ -111,21 +111,21 @@ func newTestCleanup(t *testing.T, send SendFunc, opts CleanupOptions, l *logs) *
 	return c
 }
 
-// waitStats waits until cond holds for c's counters.
-func waitStats(t *testing.T, c *Cleanup, cond func(CleanupStats) bool, what string) {
+// waitCleanupStats waits until cond holds for c's counters.
+func waitCleanupStats(t *testing.T, c *Cleanup, cond func(CleanupStats) bool, what string) {
 	t.Helper()
-	require.Eventuallyf(t, func() bool { return cond(c.Stats()) }, settle, poll, "%s; stats: %+v", what, c.Stats())
+	require.Eventuallyf(t, func() bool { return cond(c.Stats()) }, fanoutWait, fanoutPoll, "%s; stats: %+v", what, c.Stats())
 }
 
-// flushed waits until c has nothing pending and returns its counters.
-func flushed(t *testing.T, c *Cleanup) CleanupStats {
+// flushCleanup waits until c has nothing pending and returns its counters.
+func flushCleanup(t *testing.T, c *Cleanup) CleanupStats {
 	t.Helper()
-	require.Zero(t, c.Flush(settle), "cleanup messages still pending")
+	require.Zero(t, c.Flush(fanoutWait), "cleanup messages still pending")
 	return c.Stats()
 }
 
-// accounted checks that every message c was given ended up counted once.
-func accounted(t *testing.T, s CleanupStats, given int64) {
+// checkAccounted checks that every message c was given ended up counted once.
+func checkAccounted(t *testing.T, s CleanupStats, given int64) {
 	t.Helper()
 	assert.Equal(t, given, s.Sent+s.Failed+s.Dropped+s.Pending, "sent+failed+dropped+pending must be every message given: %+v", s)
 }
@@ -173,18 +173,18 @@ func TestCleanupBackoffDoublesUpToMax(t *testing.T) {
 }
 
 func TestCleanupSendsOneMessagePerWorker(t *testing.T) {
-	var r recorder
+	var r sendRecorder
 	c := newTestCleanup(t, r.send, CleanupOptions{}, nil)
 	c.NotifyRelease(42, []uint16{1, 2, 65535})
 	c.NotifyRelease(43, []uint16{2})
 	c.NotifyRelease(44, nil) // nothing to tell
-	s := flushed(t, c)
-	assert.ElementsMatch(t, []message{{1, 42}, {2, 42}, {65535, 42}, {2, 43}}, r.messages())
+	s := flushCleanup(t, c)
+	assert.ElementsMatch(t, []sentMsg{{1, 42}, {2, 42}, {65535, 42}, {2, 43}}, r.messages())
 	assert.Equal(t, CleanupStats{Sent: 4}, s)
 }
 
 func TestCleanupRetriesWithBackoffThenSucceeds(t *testing.T) {
-	r := recorder{fail: func(m message, attempt int) error {
+	r := sendRecorder{fail: func(m sentMsg, attempt int) error {
 		if attempt < 3 {
 			return errors.New("connection reset")
 		}
@@ -193,9 +193,9 @@ func TestCleanupRetriesWithBackoffThenSucceeds(t *testing.T) {
 	opts := CleanupOptions{MaxAttempts: 5, InitialBackoff: 5 * time.Millisecond, MaxBackoff: time.Second}
 	c := newTestCleanup(t, r.send, opts, nil)
 	c.NotifyRelease(7, []uint16{3})
-	s := flushed(t, c)
+	s := flushCleanup(t, c)
 	assert.Equal(t, CleanupStats{Sent: 1, Retried: 2}, s)
-	assert.Equal(t, []message{{3, 7}, {3, 7}, {3, 7}}, r.messages())
+	assert.Equal(t, []sentMsg{{3, 7}, {3, 7}, {3, 7}}, r.messages())
 	// A timer never fires early, so each wait is at least its backoff (5ms,
 	// then 10ms); nothing here bounds how long a wait may take.
 	at := r.times()
@@ -204,13 +204,13 @@ func TestCleanupRetriesWithBackoffThenSucceeds(t *testing.T) {
 }
 
 func TestCleanupGivesUpAfterMaxAttempts(t *testing.T) {
-	r := recorder{fail: func(message, int) error { return errors.New("connection refused") }}
-	var l logs
-	c := newTestCleanup(t, r.send, fastRetry, &l)
+	r := sendRecorder{fail: func(sentMsg, int) error { return errors.New("connection refused") }}
+	var l logRecorder
+	c := newTestCleanup(t, r.send, fastRetryOptions, &l)
 	c.NotifyRelease(99, []uint16{7, 8})
-	s := flushed(t, c)
+	s := flushCleanup(t, c)
 	assert.Equal(t, CleanupStats{Failed: 2, Retried: 2 * 3}, s)
-	assert.Len(t, r.messages(), 2*fastRetry.MaxAttempts, "every attempt calls the sender")
+	assert.Len(t, r.messages(), 2*fastRetryOptions.MaxAttempts, "every attempt calls the sender")
 
 	for _, w := range []uint16{7, 8} {
 		lines := l.find(LogError, fmt.Sprintf("Could not release Dist Autograd Context on node %d: ", w))
@@ -222,66 +222,66 @@ func TestCleanupGivesUpAfterMaxAttempts(t *testing.T) {
 }
 
 func TestCleanupPanickingSenderIsAFailedAttempt(t *testing.T) {
-	r := recorder{fail: func(message, int) error { panic("boom") }}
-	var l logs
+	r := sendRecorder{fail: func(sentMsg, int) error { panic("boom") }}
+	var l logRecorder
 	c := newTestCleanup(t, r.send, CleanupOptions{MaxAttempts: 2, InitialBackoff: time.Millisecond}, &l)
 	c.NotifyRelease(5, []uint16{1})
-	s := flushed(t, c)
+	s := flushCleanup(t, c)
 	assert.Equal(t, CleanupStats{Failed: 1, Retried: 1}, s)
 	lines := l.find(LogError, "Could not release Dist Autograd Context on node 1: ")
 	require.Len(t, lines, 1)
 	assert.Contains(t, lines[0], "cleanup sender panicked: boom")
 
 	// The senders survived the panics: a working sender now delivers.
-	var ok recorder
+	var ok sendRecorder
 	c.SetSender(ok.send)
 	c.NotifyRelease(6, []uint16{2})
-	assert.Equal(t, int64(1), flushed(t, c).Sent)
-	assert.Equal(t, []message{{2, 6}}, ok.messages())
+	assert.Equal(t, int64(1), flushCleanup(t, c).Sent)
+	assert.Equal(t, []sentMsg{{2, 6}}, ok.messages())
 }
 
 func TestCleanupWithoutSenderSkips(t *testing.T) {
-	var l logs
+	var l logRecorder
 	c := newTestCleanup(t, nil, CleanupOptions{}, &l)
 	c.NotifyRelease(1, []uint16{1, 2, 3})
 	assert.Equal(t, CleanupStats{Skipped: 3}, c.Stats())
 	assert.Len(t, l.find(LogDebug, "no cleanup sender set"), 1)
 
 	// A sender set later serves later releases; unset again, they skip.
-	var r recorder
+	var r sendRecorder
 	c.SetSender(r.send)
 	c.NotifyRelease(2, []uint16{4})
-	assert.Equal(t, CleanupStats{Sent: 1, Skipped: 3}, flushed(t, c))
+	assert.Equal(t, CleanupStats{Sent: 1, Skipped: 3}, flushCleanup(t, c))
 	c.SetSender(nil)
 	c.NotifyRelease(3, []uint16{5})
-	assert.Equal(t, CleanupStats{Sent: 1, Skipped: 4}, flushed(t, c))
-	assert.Equal(t, []message{{4, 2}}, r.messages())
+	assert.Equal(t, CleanupStats{Sent: 1, Skipped: 4}, flushCleanup(t, c))
+	assert.Equal(t, []sentMsg{{4, 2}}, r.messages())
 }
 
 func TestCleanupSenderUnsetWhileRetrying(t *testing.T) {
 	// A message already queued when the sender goes away is an attempt that
 	// fails ("no cleanup sender set"), and is given up on like any other.
-	r := recorder{fail: func(message, int) error { return errors.New("unreachable") }}
-	var l logs
-	c := newTestCleanup(t, r.send, fastRetry, &l)
+	r := sendRecorder{fail: func(sentMsg, int) error { return errors.New("unreachable") }}
+	var l logRecorder
+	c := newTestCleanup(t, r.send, fastRetryOptions, &l)
 	c.NotifyRelease(1, []uint16{9})
-	waitStats(t, c, func(s CleanupStats) bool { return s.Retried >= 1 }, "first attempt failed")
+	waitCleanupStats(t, c, func(s CleanupStats) bool { return s.Retried >= 1 }, "first attempt failed")
 	c.SetSender(nil)
-	s := flushed(t, c)
+	s := flushCleanup(t, c)
 	assert.Equal(t, int64(1), s.Failed)
 	assert.NotEmpty(t, l.find(LogError, "on node 9: "))
 }
 
-// gate is a SendFunc that blocks until opened, counting the callers inside.
-type gate struct {
+// sendGate is a SendFunc that blocks until opened, counting the callers inside.
+type sendGate struct {
 	open   chan struct{}
 	inside atomic.Int64
 	calls  atomic.Int64
 }
 
-func newGate() *gate { return &gate{open: make(chan struct{})} }
+func newSendGate() *sendGate { return &sendGate{open: make(chan struct{})} }
 
-func (g *gate) send(uint16, int64) error {
+func (g *sendGate) send(uint16, int64) error {
 	g.calls.Add(1)
 	g.inside.Add(1)
 	defer g.inside.Add(-1)
@@ -290,11 +290,11 @@ func (g *gate) send(uint16, int64) error {
 }
 
 func TestCleanupBlockedSenderDoesNotBlockNotify(t *testing.T) {
-	g := newGate()
-	var l logs
+	g := newSendGate()
+	var l logRecorder
 	opts := CleanupOptions{Senders: 2, MaxPending: 4}
 	c := newTestCleanup(t, g.send, opts, &l)
-	t.Cleanup(func() { closeOnce(g.open) }) // before Close, which waits for the senders
+	t.Cleanup(func() { openGate(g.open) }) // before Close, which waits for the senders
 
 	const n = 50
 	done := make(chan struct{})
@@ -306,32 +306,32 @@ func TestCleanupBlockedSenderDoesNotBlockNotify(t *testing.T) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(settle):
+	case <-time.After(fanoutWait):
 		t.Fatal("NotifyRelease blocked behind a stuck sender")
 	}
-	require.Eventually(t, func() bool { return g.inside.Load() == 2 }, settle, poll, "both senders stuck")
+	require.Eventually(t, func() bool { return g.inside.Load() == 2 }, fanoutWait, fanoutPoll, "both senders stuck")
 
 	// Both senders hold one message each; at most MaxPending wait; the rest
 	// overflowed, were counted and logged.
 	s := c.Stats()
 	assert.LessOrEqual(t, s.Pending, int64(opts.MaxPending+opts.Senders))
 	assert.GreaterOrEqual(t, s.Dropped, int64(n-opts.MaxPending-opts.Senders))
-	accounted(t, s, n)
+	checkAccounted(t, s, n)
 	assert.Len(t, l.find(LogWarning, "dropped the release of context"), int(s.Dropped))
 	assert.Contains(t, l.find(LogWarning, "dropped")[0], "cleanup queue full")
 
 	// Unstuck, everything still pending is delivered.
-	closeOnce(g.open)
-	s = flushed(t, c)
+	openGate(g.open)
+	s = flushCleanup(t, c)
 	assert.Equal(t, int64(n), s.Sent+s.Dropped)
 	assert.Equal(t, s.Sent, g.calls.Load())
 }
 
-var closeMu sync.Mutex
+var gateMu sync.Mutex
 
-func closeOnce(ch chan struct{}) {
-	closeMu.Lock()
-	defer closeMu.Unlock()
+func openGate(ch chan struct{}) {
+	gateMu.Lock()
+	defer gateMu.Unlock()
 	select {
 	case <-ch:
 	default:
@@ -343,7 +343,7 @@ func TestCleanupQueueBoundCoversRetries(t *testing.T) {
 	// MaxPending bounds what is queued *or awaiting a retry* (the header's
 	// contract): a dead peer whose messages all wait for their next attempt
 	// must not let pending grow past it.
-	r := recorder{fail: func(message, int) error { return errors.New("peer dead") }}
+	r := sendRecorder{fail: func(sentMsg, int) error { return errors.New("peer dead") }}
 	opts := CleanupOptions{Senders: 1, MaxPending: 4, MaxAttempts: 3, InitialBackoff: time.Hour}
 	c := newTestCleanup(t, r.send, opts, nil)
 	const n = 20
@@ -351,37 +351,37 @@ func TestCleanupQueueBoundCoversRetries(t *testing.T) {
 		c.NotifyRelease(int64(i), []uint16{1})
 		// Wait for this message to fail its first attempt (or be refused),
 		// so that it waits on a retry timer rather than in the queue.
-		waitStats(t, c, func(s CleanupStats) bool { return s.Retried+s.Dropped == int64(i+1) }, "message handled")
+		waitCleanupStats(t, c, func(s CleanupStats) bool { return s.Retried+s.Dropped == int64(i+1) }, "message handled")
 	}
 	s := c.Stats()
 	assert.Equal(t, int64(opts.MaxPending), s.Pending, "pending must stop at MaxPending: %+v", s)
 	assert.Equal(t, int64(n-opts.MaxPending), s.Dropped)
-	accounted(t, s, n)
+	checkAccounted(t, s, n)
 }
 
 func TestCleanupFlush(t *testing.T) {
-	g := newGate()
+	g := newSendGate()
 	c := newTestCleanup(t, g.send, CleanupOptions{Senders: 1}, nil)
-	t.Cleanup(func() { closeOnce(g.open) })
+	t.Cleanup(func() { openGate(g.open) })
 	assert.Zero(t, c.Flush(0), "nothing pending: Flush returns at once")
 
 	c.NotifyRelease(1, []uint16{1, 2, 3})
 	// The sender is stuck, so a short Flush times out and says what is left.
 	assert.Equal(t, int64(3), c.Flush(20*time.Millisecond))
-	closeOnce(g.open)
-	assert.Zero(t, c.Flush(settle))
+	openGate(g.open)
+	assert.Zero(t, c.Flush(fanoutWait))
 	assert.Equal(t, int64(3), c.Stats().Sent)
 }
 
 func TestCleanupCloseDropsPendingAndStopsGoroutines(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	r := recorder{fail: func(message, int) error { return errors.New("down") }}
-	var l logs
+	r := sendRecorder{fail: func(sentMsg, int) error { return errors.New("down") }}
+	var l logRecorder
 	// Retries wait an hour, so everything stays pending until Close.
 	c := NewCleanup(r.send, CleanupOptions{InitialBackoff: time.Hour, Senders: 3})
 	c.SetLog(l.log)
 	c.NotifyRelease(1, []uint16{1, 2, 3, 4, 5})
-	waitStats(t, c, func(s CleanupStats) bool { return s.Retried == 5 }, "every first attempt failed")
+	waitCleanupStats(t, c, func(s CleanupStats) bool { return s.Retried == 5 }, "every first attempt failed")
 	require.Equal(t, int64(5), c.Stats().Pending)
 
 	c.Close()
@@ -402,23 +402,23 @@ func TestCleanupCloseDropsPendingAndStopsGoroutines(t *testing.T) {
 func TestCleanupCloseDropsQueued(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	// One sender, stuck on the first message; the others wait in the queue.
-	g := newGate()
+	g := newSendGate()
 	c := NewCleanup(g.send, CleanupOptions{Senders: 1})
 	c.NotifyRelease(1, []uint16{1, 2, 3, 4})
-	require.Eventually(t, func() bool { return g.inside.Load() == 1 }, settle, poll)
+	require.Eventually(t, func() bool { return g.inside.Load() == 1 }, fanoutWait, fanoutPoll)
 	closed := make(chan struct{})
 	go func() { c.Close(); close(closed) }()
 	// Close waits for the message being sent (the sender owns it), then
-	// drops the queued ones: open the gate once Close has begun.
+	// drops the queued ones: open the sendGate once Close has begun.
 	require.Eventually(t, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.closed
-	}, settle, poll)
-	closeOnce(g.open)
+	}, fanoutWait, fanoutPoll)
+	openGate(g.open)
 	select {
 	case <-closed:
-	case <-time.After(settle):
+	case <-time.After(fanoutWait):
 		t.Fatal("Close did not return once the sender did")
 	}
 	assert.Equal(t, CleanupStats{Sent: 1, Dropped: 3}, c.Stats())
@@ -459,7 +459,7 @@ func TestCleanupCloseWhileNotifying(t *testing.T) {
 		wg.Wait()
 		s := c.Stats()
 		require.Zero(t, s.Pending, "round %d: messages stuck after Close: %+v", round, s)
-		accounted(t, s, goroutines*each*2)
+		checkAccounted(t, s, goroutines*each*2)
 	}
 }
 
@@ -482,8 +482,8 @@ func TestCleanupConcurrentAccounting(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	s := flushed(t, c)
-	accounted(t, s, goroutines*each*2)
+	s := flushCleanup(t, c)
+	checkAccounted(t, s, goroutines*each*2)
 	assert.Zero(t, s.Dropped)
 	assert.Equal(t, calls.Load(), s.Sent+s.Retried+s.Failed, "every call is a delivery, a retry's cause or a final failure")
 }
@@ -492,13 +492,13 @@ func TestCleanupCarry(t *testing.T) {
 	fail := func(uint16, int64) error { return errors.New("no") }
 	old := newTestCleanup(t, fail, CleanupOptions{MaxAttempts: 2, InitialBackoff: time.Microsecond}, nil)
 	old.NotifyRelease(1, []uint16{1})
-	flushed(t, old)
+	flushCleanup(t, old)
 	skip := newTestCleanup(t, nil, CleanupOptions{}, nil)
 	skip.NotifyRelease(2, []uint16{1, 2})
 
 	c := newTestCleanup(t, func(uint16, int64) error { return nil }, CleanupOptions{}, nil)
 	c.NotifyRelease(3, []uint16{1})
-	flushed(t, c)
+	flushCleanup(t, c)
 	c.Carry(old)
 	c.Carry(skip)
 	assert.Equal(t, CleanupStats{Sent: 1, Retried: 1, Failed: 1, Skipped: 2}, c.Stats())
@@ -508,5 +508,5 @@ func TestCleanupSetLogNil(t *testing.T) {
 	c := newTestCleanup(t, func(uint16, int64) error { return errors.New("x") }, CleanupOptions{MaxAttempts: 1}, nil)
 	c.SetLog(nil) // log lines are dropped, not a nil call
 	c.NotifyRelease(1, []uint16{1})
-	assert.Equal(t, int64(1), flushed(t, c).Failed)
+	assert.Equal(t, int64(1), flushCleanup(t, c).Failed)
 }
