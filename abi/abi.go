@@ -9,6 +9,7 @@ package abi
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -73,9 +74,10 @@ type Func struct {
 	Result   Type
 	Params   []Param
 	Variadic bool
-	Defined  bool   // a definition, not only a declaration
-	Static   bool   // internal linkage
-	Pos      string // file:line of the first declaration or the definition
+	Defined  bool     // a definition, not only a declaration
+	Static   bool     // internal linkage
+	Pos      string   // file:line of the first declaration or the definition
+	Files    []string // the base names of the files that declare or define it, in order
 }
 
 // Signature returns the function as a C prototype without parameter names,
@@ -180,10 +182,15 @@ func ParseFile(path string, opts Options) ([]Func, error) {
 		}
 		f.Defined, f.Static = defined, d.IsStatic()
 		pos := d.Position()
-		f.Pos = fmt.Sprintf("%s:%d", filepath.Base(pos.Filename), pos.Line)
+		file := filepath.Base(pos.Filename)
+		f.Pos = fmt.Sprintf("%s:%d", file, pos.Line)
+		f.Files = []string{file}
 		if i, seen := index[name]; seen {
 			if !funcs[i].SameABI(f) {
 				return fmt.Errorf("abi: %s: %s redeclared as %s, was %s at %s", f.Pos, name, f.Signature(), funcs[i].Signature(), funcs[i].Pos)
+			}
+			if !slices.Contains(funcs[i].Files, file) {
+				funcs[i].Files = append(funcs[i].Files, file)
 			}
 			if defined {
 				funcs[i].Defined, funcs[i].Static, funcs[i].Pos = true, f.Static, f.Pos
