@@ -1,0 +1,56 @@
+package capi_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestCppAPI runs capi_test/cpp/api_test.cpp, the tests of distautograd.hpp,
+// against the built library: one process per scenario, since init() happens
+// once per process.
+func TestCppAPI(t *testing.T) {
+	cppMake(t, "all")
+	cppMake(t, "testing-lib")
+	bin := cppBuild(t, t.TempDir(), "api_test", "api_test.cpp", "c++17", cppAgainstLibrary(t)...)
+	testingLib := "LD_LIBRARY_PATH=" + cppAbs(t, "build/testing")
+	for _, sc := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"before_init", nil, []string{"before_init"}},
+		{"main", nil, []string{"main"}},
+		{"worker_32768", nil, []string{"worker", "32768"}},
+		{"worker_40000", nil, []string{"worker", "40000"}},
+		{"worker_65535", nil, []string{"worker", "65535"}},
+		// The testing build starts the counters near max_id.
+		{"exhausted", []string{testingLib}, []string{"exhausted"}},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			r := cppRun(t, sc.env, bin, sc.args...)
+			if r.code != 0 || !strings.HasPrefix(r.stdout, "PASS ") {
+				t.Fatalf("api_test %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(sc.args, " "), r.code, r.stdout, r.stderr)
+			}
+			t.Log(strings.TrimSpace(r.stdout))
+		})
+	}
+}
+
+// TestCppSignatures compiles capi_test/cpp/signatures_check.cpp, whose
+// static_asserts hold distautograd.hpp to the native member function
+// signatures (as native_decls.hpp restates them), in C++14 and C++17.
+func TestCppSignatures(t *testing.T) {
+	gxx := cppCompiler(t)
+	for _, std := range []string{"c++14", "c++17"} {
+		t.Run(std, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"-std=" + std, "-fsyntax-only", "-I", cppAbs(t, "include")}, cppWarnings...)
+			args = append(args, cppAbs(t, "capi_test/cpp/signatures_check.cpp"))
+			if out, err := exec.Command(gxx, args...).CombinedOutput(); err != nil {
+				t.Fatalf("g++ %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		})
+	}
+}
