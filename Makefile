@@ -10,7 +10,7 @@ LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help test lint test-go test-python demo bench fuzz clean testing-lib generate
+.PHONY: all help test lint test-go test-python install-python demo bench fuzz clean testing-lib generate
 
 all: $(LIB) ## build build/libdistautograd.so and copy the headers beside it
 
@@ -51,6 +51,10 @@ test-python: $(LIB) ## the Python unit tests and the differential suite against 
 	fi
 
 test: lint test-go test-python ## everything that must pass
+
+# Debian's own Python is externally managed: point PYTHON at a venv's python.
+install-python: $(LIB) ## pip-install python_bindings (with its .so) offline: make install-python PYTHON=venv/bin/python
+	$(PYTHON) -m pip install --no-build-isolation --no-index $(PIP_FLAGS) ./python_bindings
 
 demo: $(LIB) ## a training runtime's worker, acted out in C
 	@mkdir -p $(BUILD)

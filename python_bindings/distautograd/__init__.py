@@ -389,8 +389,12 @@ class context:
     autograd_context: DistAutogradContext
 
     def __enter__(self) -> int:
+        """Creates the context (see :func:`_new_context`), keeps it as
+        ``self.autograd_context`` and returns its id."""
         self.autograd_context = ctx = _new_context()
         return ctx._id
 
     def __exit__(self, type: Any, value: Any, traceback: Any) -> None:
+        """Releases the context (see :func:`_release_context`); an exception
+        of the body propagates."""
         _release_context(self.autograd_context._id)

@@ -69,6 +69,23 @@ class RaisingIndex:
         raise ValueError("no index")
 
 
+class IndexAndInt:
+    """__index__ out of int64, __int__ in range."""
+
+    def __index__(self) -> int:
+        return 2**70
+
+    def __int__(self) -> int:
+        return 11
+
+    def __repr__(self) -> str:
+        return "IndexAndInt()"
+
+
+class IntSubclass(int):
+    pass
+
+
 class FloatOnly:
     def __float__(self) -> float:
         return 3.0
@@ -258,12 +275,17 @@ _BAD = [
     ("FloatOnly", FloatOnly()),
     ("Decimal(nan)", decimal.Decimal("NaN")),
     ("Decimal(inf)", decimal.Decimal("Infinity")),
+    ("c_int64", "c_int64"),
+    ("object", object()),
 ]
 
 
 @scenario
 def argument_types(D: Any, rec: Recorder) -> None:
-    for label, bad in _BAD:
+    import ctypes
+
+    bads = [(label, ctypes.c_int64(5) if bad == "c_int64" else bad) for label, bad in _BAD]
+    for label, bad in bads:
         rec("init " + label, D._init, bad)
     rec("init kwarg", lambda: D._init(worker_id=3))
     rec("init no arg", lambda: D._init())
@@ -275,7 +297,7 @@ def argument_types(D: Any, rec: Recorder) -> None:
         "is_valid": D._is_valid_context,
     }
     for name, fn in fns.items():
-        for label, bad in _BAD:
+        for label, bad in bads:
             rec("%s %s" % (name, label), fn, bad)
         for label, good in [
             ("True", True),
@@ -288,6 +310,8 @@ def argument_types(D: Any, rec: Recorder) -> None:
             ("Decimal(7.9)", decimal.Decimal("7.9")),
             ("Decimal(-7.9)", decimal.Decimal("-7.9")),
             ("Fraction(17, 2)", fractions.Fraction(17, 2)),
+            ("IndexAndInt", IndexAndInt()),
+            ("IntSubclass(12)", IntSubclass(12)),
         ]:
             rec("%s %s" % (name, label), fn, good)
         rec(name + " kwarg", lambda: fn(context_id=1))

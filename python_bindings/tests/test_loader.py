@@ -1,0 +1,148 @@
+"""Where the package finds libdistautograd.so: $DISTAUTOGRAD_LIBRARY, then
+its own folder, then the checkout's build/; and what it says when none is
+there. Each case imports a copy of the package in a child process."""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import tempfile
+import unittest
+
+from . import _support
+
+PKG = os.path.join(_support.BINDINGS, "distautograd")
+
+
+class Loader(unittest.TestCase):
+    def setUp(self) -> None:
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        # tmp/checkout/python_bindings/distautograd: the layout of a checkout,
+        # with tmp/checkout/build as its build folder (absent until made).
+        self.checkout = os.path.join(tmp.name, "checkout")
+        self.bindings = os.path.join(self.checkout, "python_bindings")
+        self.pkg = os.path.join(self.bindings, "distautograd")
+        shutil.copytree(PKG, self.pkg, ignore=shutil.ignore_patterns("__pycache__", "*.so*"))
+        self.build = os.path.join(self.checkout, "build")
+
+    def child(self, env_lib: "str | None") -> "tuple[int, str]":
+        env = _support.child_env(PYTHONPATH=self.bindings, DISTAUTOGRAD_LIBRARY=env_lib)
+        p = _support.run_python("""
+            import distautograd as D
+            from distautograd import _lib
+            D._init(3)
+            with D.context() as cid:
+                assert cid == 3 << 48
+            print(_lib.PATH)
+        """, env=env, cwd=self.checkout)
+        return p.returncode, (p.stdout + p.stderr).strip()
+
+    def put(self, folder: str, name: str = "libdistautograd.so") -> str:
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, name)
+        shutil.copyfile(_support.BUILD_LIB, path)
+        return path
+
+    def test_nothing_found_says_where_it_looked(self) -> None:
+        rc, out = self.child(None)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("ImportError: distautograd: libdistautograd.so not found", out)
+        self.assertIn("DISTAUTOGRAD_LIBRARY", out)
+        for folder in (self.pkg, self.build):
+            for name in ("libdistautograd.so", "libdistautograd.so.0"):
+                self.assertIn(os.path.join(folder, name), out)
+        self.assertIn("make", out)
+
+    def test_checkout_build(self) -> None:
+        path = self.put(self.build)
+        self.assertEqual(self.child(None), (0, path))
+
+    def test_checkout_build_soname(self) -> None:
+        path = self.put(self.build, "libdistautograd.so.0")
+        self.assertEqual(self.child(None), (0, path))
+
+    def test_package_folder_before_checkout(self) -> None:
+        self.put(self.build)
+        path = self.put(self.pkg)
+        self.assertEqual(self.child(None), (0, path))
+
+    def test_env_first(self) -> None:
+        self.put(self.pkg)
+        path = self.put(os.path.join(self.checkout, "elsewhere"))
+        self.assertEqual(self.child(path), (0, path))
+
+    def test_env_naming_nothing_is_an_error(self) -> None:
+        self.put(self.pkg)  # not used as a fallback
+        missing = os.path.join(self.checkout, "nope.so")
+        rc, out = self.child(missing)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("DISTAUTOGRAD_LIBRARY=%r does not name a file" % missing, out)
+
+    def test_not_a_library(self) -> None:
+        bogus = os.path.join(self.checkout, "bogus.so")
+        with open(bogus, "w") as f:
+            f.write("not an ELF file")
+        rc, out = self.child(bogus)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("ImportError: distautograd: cannot load %s" % bogus, out)
+
+    def test_library_without_the_functions(self) -> None:
+        libc = None
+        for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6"):
+            if os.path.isfile(p):
+                libc = p
+                break
+        if libc is None:
+            self.fail("no libc.so.6 found to stand for a library lacking the dac_* functions")
+        rc, out = self.child(libc)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("lacks dac_version, dac_last_error", out)
+        self.assertIn("rebuild it with `make`", out)
+
+
+class Prototypes(unittest.TestCase):
+    """The loader applies the whole PROTOTYPES table, entries for functions it
+    does not wrap (or the library does not have) included."""
+
+    def test_tolerates_unknown_entries(self) -> None:
+        D = _support.init()
+        from distautograd import _lib
+
+        table = dict(_lib.PROTOTYPES)
+        extra = {"dac_from_a_later_header": (ctypes.c_int, (ctypes.c_int64,))}
+        try:
+            _lib.PROTOTYPES.update(extra)
+            lib = _lib.load(_lib.PATH)
+        finally:
+            _lib.PROTOTYPES.clear()
+            _lib.PROTOTYPES.update(table)
+        self.assertEqual(lib.dac_max_id.argtypes, (ctypes.POINTER(ctypes.c_int64),))
+        self.assertEqual(D._get_max_id(), 1125899906842623)
+
+    def test_required_entries(self) -> None:
+        _support.init()
+        from distautograd import _lib
+
+        table = dict(_lib.PROTOTYPES)
+        try:
+            del _lib.PROTOTYPES["dac_context_new"]
+            with self.assertRaises(ImportError) as cm:
+                _lib.load(_lib.PATH)
+        finally:
+            _lib.PROTOTYPES.clear()
+            _lib.PROTOTYPES.update(table)
+        self.assertIn("dac_context_new", str(cm.exception))
+
+    def test_every_entry_typed(self) -> None:
+        _support.init()
+        from distautograd import _lib
+
+        for name, (restype, argtypes) in _lib.PROTOTYPES.items():
+            fn = getattr(_lib.LIB, name)
+            self.assertEqual(fn.restype, restype, name)
+            self.assertEqual(tuple(fn.argtypes), argtypes, name)
+
+
+if __name__ == "__main__":
+    unittest.main()
