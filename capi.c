@@ -275,24 +275,32 @@ int dac_clear_current_context(void) {
 
 /* ---- A context, through its handle ---- */
 
+/* No handle can exist before dac_init, but the header promises
+** DAC_ERR_NOT_INITIALIZED for these too: it tells the caller more than
+** DAC_ERR_BAD_HANDLE would. */
+
 int dac_context_ref(dac_context *ctx) {
 	GUARD_FORK();
+	GUARD_INIT();
 	return dacgo_context_ref(to_handle(ctx), 1, &tls_error);
 }
 
 int dac_context_unref(dac_context *ctx) {
 	GUARD_FORK();
+	GUARD_INIT();
 	return dacgo_context_ref(to_handle(ctx), -1, &tls_error);
 }
 
 int dac_context_id(dac_context *ctx, int64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
+	GUARD_INIT();
 	return dacgo_context_id(to_handle(ctx), out, &tls_error);
 }
 
 int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {
 	GUARD_FORK();
+	GUARD_INIT();
 	return dacgo_context_add_known_worker_id(to_handle(ctx), worker_id, &tls_error);
 }
 
@@ -301,28 +309,33 @@ int dac_context_known_worker_ids(dac_context *ctx, int32_t *ids, size_t capacity
 	CHECK_OUT(count);
 	if (ids == NULL && capacity != 0)
 		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "ids must not be NULL when capacity is not 0");
+	GUARD_INIT();
 	return dacgo_context_known_worker_ids(to_handle(ctx), ids, capacity, count, &tls_error);
 }
 
 int dac_context_add_send_function(dac_context *ctx, int64_t message_id, uint64_t fn) {
 	GUARD_FORK();
+	GUARD_INIT();
 	return dacgo_context_add_function(to_handle(ctx), 0, message_id, fn, &tls_error);
 }
 
 int dac_context_add_recv_function(dac_context *ctx, int64_t message_id, uint64_t fn) {
 	GUARD_FORK();
+	GUARD_INIT();
 	return dacgo_context_add_function(to_handle(ctx), 1, message_id, fn, &tls_error);
 }
 
 int dac_context_send_function(dac_context *ctx, int64_t message_id, uint64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
+	GUARD_INIT();
 	return dacgo_context_function(to_handle(ctx), 0, message_id, out, &tls_error);
 }
 
 int dac_context_recv_function(dac_context *ctx, int64_t message_id, uint64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
+	GUARD_INIT();
 	return dacgo_context_function(to_handle(ctx), 1, message_id, out, &tls_error);
 }
 
@@ -332,6 +345,7 @@ static int list_functions(const char *fn, dac_context *ctx, int kind, int64_t *m
 		return fail(DAC_ERR_INVALID_ARGUMENT, fn, "count must not be NULL");
 	if ((message_ids == NULL || fns == NULL) && capacity != 0)
 		return fail(DAC_ERR_INVALID_ARGUMENT, fn, "message_ids and fns must not be NULL when capacity is not 0");
+	GUARD_INIT();
 	return dacgo_context_functions(to_handle(ctx), kind, message_ids, fns, capacity, count, &tls_error);
 }
 
