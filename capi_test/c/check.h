@@ -1,0 +1,91 @@
+/*
+** check.h: what the C test programs of capi_test share. A program prints a
+** transcript, one line per call, and the Go test compares it with the
+** transcript it expects:
+**
+**   SHOW(dac_context_retrieve(12345, &ctx));
+**   -> "dac_context_retrieve(12345, &ctx) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 12345"
+**
+** Handles are not deterministic: NAME(ctx) prints "handle ctx = 0x...", and
+** the Go side replaces that value with {ctx} everywhere in the transcript.
+** MUST(call) is for set-up steps: a failure ends the program with status 1.
+** Include it first: it sets _POSIX_C_SOURCE for the system headers.
+*/
+#ifndef CAPI_TEST_CHECK_H
+#define CAPI_TEST_CHECK_H
+
+#define _POSIX_C_SOURCE 200809L
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <distautograd.h>
+
+/* Prints the line of one call. It also checks the promises every failing
+** call makes (dac_last_status is its status, dac_last_error is non-empty) and
+** that a success leaves both as they were; a broken promise adds a BUG line. */
+static inline int show_call(const char *label, int rc) {
+	static __thread int last_status;
+	static __thread char last_msg[1024];
+	if (rc == DAC_OK) {
+		printf("%s -> DAC_OK\n", label);
+		if (dac_last_status() != last_status || strcmp(dac_last_error(), last_msg) != 0)
+			printf("BUG: %s succeeded but changed the last error\n", label);
+	} else {
+		printf("%s -> %s: %s\n", label, dac_status_string(rc), dac_last_error());
+		if (dac_last_status() != rc)
+			printf("BUG: %s returned %d but dac_last_status() is %d\n", label, rc, dac_last_status());
+		if (dac_last_error()[0] == '\0')
+			printf("BUG: %s failed without a message\n", label);
+	}
+	last_status = dac_last_status();
+	snprintf(last_msg, sizeof last_msg, "%s", dac_last_error());
+	fflush(stdout);
+	return rc;
+}
+
+#define SHOW(call) show_call(#call, (call))
+
+static inline void must_fail(const char *label, int rc, const char *file, int line) {
+	fprintf(stderr, "%s:%d: %s -> %s: %s\n", file, line, label, dac_status_string(rc), dac_last_error());
+	fflush(stdout);
+	exit(1);
+}
+
+#define MUST(call)                                       \
+	do {                                                 \
+		int must_rc_ = (call);                           \
+		if (must_rc_ != DAC_OK)                          \
+			must_fail(#call, must_rc_, __FILE__, __LINE__); \
+	} while (0)
+
+/* Ends the program with status 1 unless cond holds. */
+#define REQUIRE(cond)                                                              \
+	do {                                                                           \
+		if (!(cond)) {                                                             \
+			fprintf(stderr, "%s:%d: REQUIRE(%s) failed\n", __FILE__, __LINE__, #cond); \
+			fflush(stdout);                                                        \
+			exit(1);                                                               \
+		}                                                                          \
+	} while (0)
+
+#define NAME(h) printf("handle %s = %#" PRIx64 "\n", #h, (uint64_t)(uintptr_t)(h))
+
+#define PRINT_I64(v) printf("%s = %" PRId64 "\n", #v, (int64_t)(v))
+
+/* The id split the way the layout defines it: worker in the top 16 bits,
+** counter in the low 48. */
+#define PRINT_ID(v)                                                                       \
+	printf("%s = %" PRId64 " (worker %" PRIu64 ", counter %" PRIu64 ")\n", #v, (int64_t)(v), \
+	       (uint64_t)(v) >> 48, (uint64_t)(v) & ((UINT64_C(1) << 48) - 1))
+
+static inline int64_t num_contexts(void) {
+	int64_t n = -1;
+	MUST(dac_num_contexts(&n));
+	return n;
+}
+
+#endif
