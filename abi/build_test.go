@@ -1,73 +1,42 @@
 package abi
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 )
 
 // root is the repository root, from this package's directory.
 const root = ".."
 
-var (
-	buildOnce sync.Once
-	buildErr  error
-	buildOut  []byte
-)
+// librarySources are what make builds build/libdistautograd.so and
+// build/cgo_generated.h from (the Makefile's GOSRC and CSRC, tests aside).
+var librarySources = []string{"*.go", "container/*.go", "capi.c", "capi_internal.h", "include/distautograd.h", "libdistautograd.map", "go.mod", "go.sum"}
 
-// built runs `make all` once per test run, so the tests read a library and a
-// cgo header that match the sources (under `make test` it is a no-op). An
-// flock on build/.make.lock keeps concurrent test packages from building
-// into build/ at the same time.
+// built fails the test unless make has built the library and cgo's header
+// from the current sources: the contract of a stale build is not the one
+// under test. (Like capi_test, these tests never build: `make test` does.)
 func built(t *testing.T) {
 	t.Helper()
-	buildOnce.Do(func() { buildOut, buildErr = runMake("all") })
-	if buildErr != nil {
-		t.Fatalf("make all: %v\n%s", buildErr, buildOut)
-	}
-}
-
-func runMake(target string) ([]byte, error) {
-	if err := os.MkdirAll(filepath.Join(root, "build"), 0o755); err != nil {
-		return nil, err
-	}
-	lock, err := os.OpenFile(filepath.Join(root, "build", ".make.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return nil, err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	cmd := exec.Command("make", "--no-print-directory", "-s", target)
-	cmd.Dir = root
-	// A make that runs `make test` passes its jobserver in MAKEFLAGS; this
-	// one is independent.
-	cmd.Env = withoutEnv(os.Environ(), "MAKEFLAGS", "MFLAGS", "MAKELEVEL")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	return out.Bytes(), err
-}
-
-func withoutEnv(env []string, names ...string) []string {
-	var out []string
-next:
-	for _, kv := range env {
-		for _, n := range names {
-			if strings.HasPrefix(kv, n+"=") {
-				continue next
+	for _, out := range []string{libPath, cgoHeader} {
+		st, err := os.Stat(out)
+		if err != nil {
+			t.Fatalf("%v: run make first", err)
+		}
+		for _, pattern := range librarySources {
+			matches, _ := filepath.Glob(filepath.Join(root, pattern))
+			for _, src := range matches {
+				if strings.HasSuffix(src, "_test.go") {
+					continue
+				}
+				if s, err := os.Stat(src); err == nil && s.ModTime().After(st.ModTime()) {
+					t.Fatalf("%s is older than %s: run make first", out, src)
+				}
 			}
 		}
-		out = append(out, kv)
 	}
-	return out
 }
 
 // inCI reports whether the tests run in CI, where a missing tool is a failure.

@@ -10,8 +10,7 @@ import (
 // against the built library: one process per scenario, since init() happens
 // once per process.
 func TestCppAPI(t *testing.T) {
-	cppMake(t, "all")
-	cppMake(t, "testing-lib")
+	requireLibrary(t, "build/testing/libdistautograd.so", "testing-lib ")
 	bin := cppBuild(t, t.TempDir(), "api_test", "api_test.cpp", "c++17", cppAgainstLibrary(t)...)
 	testingLib := "LD_LIBRARY_PATH=" + cppAbs(t, "build/testing")
 	for _, sc := range []struct {
@@ -29,11 +28,11 @@ func TestCppAPI(t *testing.T) {
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
-			r := cppRun(t, sc.env, bin, sc.args...)
-			if r.code != 0 || !strings.HasPrefix(r.stdout, "PASS ") {
-				t.Fatalf("api_test %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(sc.args, " "), r.code, r.stdout, r.stderr)
+			r := runEnv(t, sc.env, bin, sc.args...)
+			if r.Code != 0 || !strings.HasPrefix(r.Stdout, "PASS ") {
+				t.Fatalf("api_test %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(sc.args, " "), r.Code, r.Stdout, r.Stderr)
 			}
-			t.Log(strings.TrimSpace(r.stdout))
+			t.Log(strings.TrimSpace(r.Stdout))
 		})
 	}
 }

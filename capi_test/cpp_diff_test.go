@@ -26,7 +26,6 @@ func TestCppDifferential(t *testing.T) {
 	if _, err := os.Stat(torch); err != nil {
 		cppSkipOrFail(t, "the native component is missing ("+err.Error()+"; apt-get install libtorch-dev)")
 	}
-	cppMake(t, "all")
 	dir := t.TempDir()
 	var ours, native string
 	// The two builds run at once; ours in C++14, the oldest the header
@@ -52,14 +51,14 @@ func TestCppDifferential(t *testing.T) {
 	for _, args := range scenarios {
 		t.Run(strings.Join(args, "_"), func(t *testing.T) {
 			t.Parallel()
-			want := cppRun(t, nil, native, args...)
-			got := cppRun(t, nil, ours, args...)
-			if want.code != 0 || got.code != 0 {
-				t.Fatalf("exit codes: native %d, distautograd %d\nnative stderr:\n%s\ndistautograd stderr:\n%s", want.code, got.code, want.stderr, got.stderr)
+			want := runEnv(t, nil, native, args...)
+			got := runEnv(t, nil, ours, args...)
+			if want.Code != 0 || got.Code != 0 {
+				t.Fatalf("exit codes: native %d, distautograd %d\nnative stderr:\n%s\ndistautograd stderr:\n%s", want.Code, got.Code, want.Stderr, got.Stderr)
 			}
-			wl, gl := strings.Split(want.stdout, "\n"), strings.Split(got.stdout, "\n")
+			wl, gl := strings.Split(want.Stdout, "\n"), strings.Split(got.Stdout, "\n")
 			if len(wl) < 10 {
-				t.Fatalf("the native run printed only %d lines:\n%s", len(wl), want.stdout)
+				t.Fatalf("the native run printed only %d lines:\n%s", len(wl), want.Stdout)
 			}
 			for i := 0; i < len(wl) || i < len(gl); i++ {
 				var w, g string
@@ -74,7 +73,7 @@ func TestCppDifferential(t *testing.T) {
 				}
 			}
 			if t.Failed() {
-				t.Logf("native output:\n%s", want.stdout)
+				t.Logf("native output:\n%s", want.Stdout)
 			}
 		})
 	}
