@@ -285,7 +285,10 @@ def _retrieve_context(context_id: int, /) -> DistAutogradContext:
     rc = _dac_context_retrieve(context_id, out)
     if rc:
         raise _error(rc)
-    return _wrap(out.value, context_id)
+    c = _new_object(DistAutogradContext)
+    c._handle = out.value
+    c._id = context_id
+    return c
 
 
 def _retrieve_context_if_present(context_id: int, /) -> Optional[DistAutogradContext]:
@@ -391,10 +394,26 @@ class context:
     def __enter__(self) -> int:
         """Creates the context (see :func:`_new_context`), keeps it as
         ``self.autograd_context`` and returns its id."""
-        self.autograd_context = ctx = _new_context()
-        return ctx._id
+        # _new_context, inlined: this is the hot path of every pass.
+        out = _c_void_p()
+        rc = _dac_context_new(out)
+        if rc:
+            raise _error(rc)
+        handle = out.value
+        cid = _c_int64()
+        rc = _dac_current_context_id(cid)
+        if rc:
+            _dac_context_unref(handle)
+            raise _error(rc)
+        ctx = _new_object(DistAutogradContext)
+        ctx._handle = handle
+        ctx._id = cid = cid.value
+        self.autograd_context = ctx
+        return cid
 
     def __exit__(self, type: Any, value: Any, traceback: Any) -> None:
         """Releases the context (see :func:`_release_context`); an exception
         of the body propagates."""
-        _release_context(self.autograd_context._id)
+        rc = _dac_context_release(self.autograd_context._id)
+        if rc:
+            raise _error(rc)
