@@ -105,6 +105,30 @@ class WorkerIds(unittest.TestCase):
         self.assertEqual(int64((65535 << 48) | (2**48 - 1)), -1)
 
 
+class Exit(unittest.TestCase):
+    def test_exit_with_live_contexts_is_quiet(self) -> None:
+        # Objects collected during interpreter shutdown drop their references
+        # without "Exception ignored" noise, from any thread.
+        p = _support.run_python("""
+            import threading, distautograd as D
+            D._init(3)
+            kept = [D._new_context()] + [D._get_or_create_context(i) for i in range(10)]
+            class Cycle:
+                pass
+            c = Cycle(); c.me = c; c.ctx = D._retrieve_context(0)
+            def hold():
+                threading.Event().wait()
+            t = threading.Thread(target=hold, daemon=True)
+            t.start()
+            def in_thread():
+                global other
+                other = D._new_context()
+            u = threading.Thread(target=in_thread); u.start(); u.join()
+            print("done")
+        """)
+        self.assertEqual((p.returncode, p.stdout.strip(), p.stderr), (0, "done", ""))
+
+
 class Fork(unittest.TestCase):
     def test_forked_child_fails_cleanly(self) -> None:
         out = _support.run_json(self, """
