@@ -424,7 +424,10 @@ class DistAutogradContainer {
 // scope, as Python's `with dist_autograd.context() as context_id:` does: the
 // constructor calls newContext() (and throws what it throws); the destructor
 // releases the context if it is still there, on every exit, exceptions
-// included, and never throws. Use it on the thread that created it.
+// included, and never throws. If another thread released the context first,
+// the destructor still clears this thread's current id when it is the
+// guard's, so the next guard on the thread can open a context. Use it on the
+// thread that created it.
 //
 //     {
 //       distautograd::ContextGuard guard;
@@ -435,9 +438,13 @@ class ContextGuard {
   ContextGuard() : context_(DistAutogradContainer::getInstance().newContext()), id_(context_->contextId()) {}
 
   ~ContextGuard() {
-    // dac_context_release_if_present itself never throws; a failure here
-    // (a forked child, say) has no one to report to.
+    // The C calls never throw; a failure here (a forked child, say) has no
+    // one to report to.
     (void)dac_context_release_if_present(id_, nullptr);
+    int64_t current = -1;
+    if (dac_current_context_id(&current) == DAC_OK && current == id_) {
+      (void)dac_clear_current_context();  // released elsewhere: a stale id
+    }
   }
 
   ContextGuard(const ContextGuard&) = delete;

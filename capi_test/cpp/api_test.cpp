@@ -547,6 +547,24 @@ void testThreads(DistAutogradContainer& c) {
   released.set_value();
   a.join();
 
+  // A guard whose context another thread released leaves no stale current
+  // id behind at scope exit, so the thread's next guard works.
+  std::promise<int64_t> guarded;
+  std::promise<void> releasedGuarded;
+  std::thread g([&] {
+    {
+      ContextGuard guard;
+      guarded.set_value(guard.contextId());
+      releasedGuarded.get_future().wait();
+      CHECK_EQ(DistAutogradContainer::currentContextId(), guard.contextId());  // stale inside the scope
+    }
+    CHECK_EQ(DistAutogradContainer::currentContextId(), int64_t{-1});
+    CHECK_NOTHROW(ContextGuard next);
+  });
+  c.releaseContext(guarded.get_future().get());
+  releasedGuarded.set_value();
+  g.join();
+
   // Many threads at once: guards, message ids and getOrCreateContext on one
   // shared id; every id unique, nothing left behind.
   const size_t n = c.numAutogradContexts();
