@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,12 +215,12 @@ func lineDiff(a, b []string) string {
 		case i < len(a) && j < len(b) && a[i] == b[j]:
 			out.WriteString("  " + a[i] + "\n")
 			i, j = i+1, j+1
-		case j < len(b) && (i == len(a) || lcs[i][j+1] >= lcs[i+1][j]):
-			out.WriteString("+ " + b[j] + "\n")
-			j++
-		default:
+		case i < len(a) && (j == len(b) || lcs[i+1][j] >= lcs[i][j+1]):
 			out.WriteString("- " + a[i] + "\n")
 			i++
+		default:
+			out.WriteString("+ " + b[j] + "\n")
+			j++
 		}
 	}
 	return out.String()
@@ -234,3 +235,5 @@ func trimLines(s string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+func itoa(n int) string { return strconv.Itoa(n) }

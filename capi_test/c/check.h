@@ -49,6 +49,24 @@ static inline int show_call(const char *label, int rc) {
 
 #define SHOW(call) show_call(#call, (call))
 
+#include <stdarg.h>
+
+/* Formats a label into one of a few rotating thread-local buffers. */
+static inline const char *fmt(const char *format, ...) {
+	static __thread char bufs[4][256];
+	static __thread int next;
+	char *b = bufs[next++ % 4];
+	va_list ap;
+	va_start(ap, format);
+	vsnprintf(b, sizeof bufs[0], format, ap);
+	va_end(ap);
+	return b;
+}
+
+/* SHOWF(call, format, ...): SHOW with a label of printf's making, for calls
+** whose arguments are variables ("dac_init(40000)", not "dac_init(w)"). */
+#define SHOWF(call, ...) show_call(fmt(__VA_ARGS__), (call))
+
 static inline void must_fail(const char *label, int rc, const char *file, int line) {
 	fprintf(stderr, "%s:%d: %s -> %s: %s\n", file, line, label, dac_status_string(rc), dac_last_error());
 	fflush(stdout);
