@@ -173,25 +173,23 @@ class DistAutogradContext:
         that releasing the context tells that worker to release its copy.
         Adding an id twice is a no-op. Out of range: "worker_id needs to be
         in the range [0, 65535]"."""
-        if type(worker_id) is not int:
-            worker_id = _int_arg(
-                worker_id, "_add_known_worker_id", "(self: distautograd.DistAutogradContext, arg0: int) -> None"
-            )
-        if not -0x80000000 <= worker_id <= 0x7FFFFFFF:
-            # Out of the C int32_t: any out-of-range value gets the library's
-            # range error, which does not quote the value.
-            if not _MIN <= worker_id <= _MAX:
-                _lib.incompatible(
-                    "_add_known_worker_id", "(self: distautograd.DistAutogradContext, arg0: int) -> None",
-                    (self, worker_id),
-                )
-            worker_id = -1
+        if type(worker_id) is not int or not -0x80000000 <= worker_id <= 0x7FFFFFFF:
+            worker_id = _worker_arg(self, worker_id)
         rc = _dac_context_add_known_worker_id(self._handle, worker_id)
         if rc:
             raise _error(rc)
 
 
-DistAutogradContext.__module__ = "distautograd"
+def _worker_arg(ctx: DistAutogradContext, value: object) -> int:
+    """Converts a worker id argument as torch converts ints; one outside the
+    C int32_t becomes -1, which gets the library's range error (it does not
+    quote the value)."""
+    v = _to_int64(value)
+    if v is None:
+        _lib.incompatible(
+            "_add_known_worker_id", "(self: distautograd.DistAutogradContext, arg0: int) -> None", (ctx, value)
+        )
+    return v if -0x80000000 <= v <= 0x7FFFFFFF else -1
 
 
 def _functions(fn: Any, handle: int) -> Dict[int, int]:
