@@ -24,8 +24,8 @@
 //     ("stranded": the native component leaks those too);
 //   - a duplicated cleanup never released anything (release-if-present
 //     twice is harmless);
-//   - after ReleaseContextsOfWorker(dead) for every dead worker, what is
-//     left is exactly stranded, and after reaping that, nothing.
+//   - after ReleaseContextsOfWorker(dead) for every dead worker, only
+//     stranded contexts are left, and after reaping those, nothing.
 //
 // What happens to a message depends only on the seed and on the message
 // (pass, hop, or sender, receiver, context id and attempt), and the graph
@@ -199,7 +199,7 @@ type sim struct {
 	passOf sync.Map
 
 	mu       sync.Mutex
-	lost     map[msgKey]struct{} // cleanup messages given up on or dropped by a live sender
+	lost     map[msgKey]struct{} // cleanup messages between live workers given up on or dropped
 	problems []string
 	nprobs   int
 
