@@ -87,20 +87,15 @@ func dacgo_set_cleanup_options(maxAttempts C.int32_t, initialBackoffUs, maxBacko
 	if maxAttempts < 0 || initialBackoffUs < 0 || maxBackoffUs < 0 || maxPending < 0 {
 		return fail(e, container.Errorf(container.ErrInvalidArgument, "dac_set_cleanup_options: values must be >= 0 (0 selects the default)"))
 	}
-	fanout.mu.Lock()
-	defer fanout.mu.Unlock()
-	// A new Cleanup takes over new releases; the old one finishes what it has.
-	c := container.NewCleanup(fanout.sender, container.CleanupOptions{
+	err := currentCleanup().SetOptions(container.CleanupOptions{
 		MaxAttempts:    int(maxAttempts),
 		InitialBackoff: time.Duration(initialBackoffUs) * time.Microsecond,
 		MaxBackoff:     time.Duration(maxBackoffUs) * time.Microsecond,
 		MaxPending:     int(maxPending),
 	})
-	c.SetLog(fanout.log)
-	old := fanout.cleanup
-	fanout.cleanup = c
-	proc.SetNotifier(c)
-	c.Carry(old)
+	if err != nil {
+		return fail(e, err)
+	}
 	return 0
 }
 

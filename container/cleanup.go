@@ -78,7 +78,7 @@ type CleanupStats struct {
 // releasing caller (it has nothing to do about it: the best effort of the
 // native component, made observable). Safe for concurrent use.
 type Cleanup struct {
-	opts   CleanupOptions
+	opts   atomic.Pointer[CleanupOptions]
 	send   atomic.Pointer[SendFunc]
 	log    atomic.Pointer[LogFunc]
 	queue  chan cleanupJob
@@ -95,6 +95,7 @@ type Cleanup struct {
 	// finds everything.
 	closeMu sync.RWMutex
 	closed  bool
+	started atomic.Bool // senders running; set under closeMu
 
 	sent, retried, failed, dropped, skipped, pending atomic.Int64
 }
@@ -110,17 +111,36 @@ type cleanupJob struct {
 func NewCleanup(send SendFunc, opts CleanupOptions) *Cleanup {
 	opts = opts.withDefaults()
 	c := &Cleanup{
-		opts:   opts,
 		queue:  make(chan cleanupJob, opts.MaxPending),
 		done:   make(chan struct{}),
 		timers: make(map[*time.Timer]struct{}),
 	}
+	c.opts.Store(&opts)
 	c.SetSender(send)
 	return c
 }
 
 // Options returns the options in force, defaults filled in.
-func (c *Cleanup) Options() CleanupOptions { return c.opts }
+func (c *Cleanup) Options() CleanupOptions { return *c.opts.Load() }
+
+// SetOptions changes the options for messages from now on (zero fields take
+// their defaults; Senders cannot change once set). MaxPending may grow past
+// the size the Cleanup was made with only while no message was ever queued,
+// as the queue cannot grow under running senders.
+func (c *Cleanup) SetOptions(o CleanupOptions) error {
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
+	o = o.withDefaults()
+	o.Senders = c.Options().Senders
+	if o.MaxPending > cap(c.queue) {
+		if c.started.Load() {
+			return Errorf(ErrInvalidArgument, "max_pending cannot grow past %d once cleanup messages were sent; set it before the first release that notifies a worker", cap(c.queue))
+		}
+		c.queue = make(chan cleanupJob, o.MaxPending)
+	}
+	c.opts.Store(&o)
+	return nil
+}
 
 // SetSender sets the function that delivers messages (nil: none; releases
 // then send nothing and count Skipped, as the native component does without
@@ -155,9 +175,9 @@ func (c *Cleanup) NotifyRelease(contextID int64, workers []uint16) {
 		c.logf(LogDebug, "no cleanup sender set: %d known workers of context %d are not told to release it", len(workers), contextID)
 		return
 	}
-	c.once.Do(c.start)
 	var refused []uint16
 	c.closeMu.RLock()
+	c.once.Do(c.start)
 	for _, w := range workers {
 		if !c.admit(cleanupJob{worker: w, context: contextID}) {
 			refused = append(refused, w)
@@ -173,7 +193,7 @@ func (c *Cleanup) NotifyRelease(contextID int64, workers []uint16) {
 // MaxPending messages are pending already (queued, being sent or awaiting a
 // retry) or the Cleanup is closed. The caller holds closeMu shared.
 func (c *Cleanup) admit(j cleanupJob) bool {
-	if c.pending.Add(1) <= int64(c.opts.MaxPending) && !c.closed && c.put(j) {
+	if c.pending.Add(1) <= int64(c.Options().MaxPending) && !c.closed && c.put(j) {
 		return true
 	}
 	c.pending.Add(-1)
@@ -194,12 +214,14 @@ func (c *Cleanup) put(j cleanupJob) bool {
 }
 
 func (c *Cleanup) logDropped(contextID int64, worker uint16) {
-	c.logf(LogWarning, "cleanup queue full (%d pending) or closed: dropped the release of context %d on worker %d", c.opts.MaxPending, contextID, worker)
+	c.logf(LogWarning, "cleanup queue full (%d pending) or closed: dropped the release of context %d on worker %d", c.Options().MaxPending, contextID, worker)
 }
 
 func (c *Cleanup) start() {
-	c.wg.Add(c.opts.Senders)
-	for range c.opts.Senders {
+	c.started.Store(true)
+	n := c.Options().Senders
+	c.wg.Add(n)
+	for range n {
 		go c.run()
 	}
 }
@@ -232,7 +254,7 @@ func (c *Cleanup) deliver(j cleanupJob) {
 		c.pending.Add(-1)
 		return
 	}
-	if j.attempt >= c.opts.MaxAttempts {
+	if j.attempt >= c.Options().MaxAttempts {
 		c.failed.Add(1)
 		c.pending.Add(-1)
 		c.logf(LogError, "Could not release Dist Autograd Context on node %d: %v (context %d, gave up after %d attempts)", j.worker, err, j.context, j.attempt)
@@ -254,11 +276,11 @@ func callSend(send SendFunc, w uint16, id int64) (err error) {
 }
 
 func (c *Cleanup) backoff(attempt int) time.Duration {
-	d := c.opts.InitialBackoff
-	for i := 1; i < attempt && d < c.opts.MaxBackoff; i++ {
+	d := c.Options().InitialBackoff
+	for i := 1; i < attempt && d < c.Options().MaxBackoff; i++ {
 		d *= 2
 	}
-	return min(d, c.opts.MaxBackoff)
+	return min(d, c.Options().MaxBackoff)
 }
 
 // retryLater puts j back on the queue after its backoff; it stays pending
@@ -349,16 +371,4 @@ func (c *Cleanup) Close() {
 			return
 		}
 	}
-}
-
-// Carry makes c's Stats include old's counters, for when c replaces old (new
-// options): the host sees one set of counters for the process. old keeps
-// delivering what it had queued; its later progress is not carried.
-func (c *Cleanup) Carry(old *Cleanup) {
-	s := old.Stats()
-	c.sent.Add(s.Sent)
-	c.retried.Add(s.Retried)
-	c.failed.Add(s.Failed)
-	c.dropped.Add(s.Dropped)
-	c.skipped.Add(s.Skipped)
 }

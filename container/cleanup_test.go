@@ -488,20 +488,22 @@ func TestCleanupConcurrentAccounting(t *testing.T) {
 	assert.Equal(t, calls.Load(), s.Sent+s.Retried+s.Failed, "every call is a delivery, a retry's cause or a final failure")
 }
 
-func TestCleanupCarry(t *testing.T) {
+func TestCleanupSetOptions(t *testing.T) {
 	fail := func(uint16, int64) error { return errors.New("no") }
-	old := newTestCleanup(t, fail, CleanupOptions{MaxAttempts: 2, InitialBackoff: time.Microsecond}, nil)
-	old.NotifyRelease(1, []uint16{1})
-	flushCleanup(t, old)
-	skip := newTestCleanup(t, nil, CleanupOptions{}, nil)
-	skip.NotifyRelease(2, []uint16{1, 2})
-
-	c := newTestCleanup(t, func(uint16, int64) error { return nil }, CleanupOptions{}, nil)
-	c.NotifyRelease(3, []uint16{1})
-	flushCleanup(t, c)
-	c.Carry(old)
-	c.Carry(skip)
-	assert.Equal(t, CleanupStats{Sent: 1, Retried: 1, Failed: 1, Skipped: 2}, c.Stats())
+	c := newTestCleanup(t, fail, CleanupOptions{MaxAttempts: 5, InitialBackoff: time.Microsecond, MaxPending: 8}, nil)
+	// Before the first message the queue may still grow.
+	require.NoError(t, c.SetOptions(CleanupOptions{MaxAttempts: 2, InitialBackoff: time.Microsecond, MaxPending: 16}))
+	assert.Equal(t, 16, c.Options().MaxPending)
+	c.NotifyRelease(1, []uint16{1})
+	assert.Equal(t, CleanupStats{Retried: 1, Failed: 1}, flushCleanup(t, c), "the new MaxAttempts applies")
+	// Once senders run, it may shrink or stay, not grow.
+	err := c.SetOptions(CleanupOptions{MaxPending: 17})
+	require.Error(t, err)
+	assert.Equal(t, ErrInvalidArgument, CodeOf(err))
+	assert.Contains(t, err.Error(), "max_pending cannot grow past 16")
+	require.NoError(t, c.SetOptions(CleanupOptions{MaxAttempts: 1, InitialBackoff: time.Microsecond, MaxPending: 4}))
+	c.NotifyRelease(2, []uint16{1})
+	assert.Equal(t, CleanupStats{Retried: 1, Failed: 2}, flushCleanup(t, c), "changed options apply to later messages")
 }
 
 func TestCleanupSetLogNil(t *testing.T) {

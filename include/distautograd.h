@@ -278,7 +278,10 @@ int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data);
 ** retries after the first attempt), initial_backoff_us 10000 (doubling per
 ** retry), max_backoff_us 2000000, max_pending 65536 (messages queued or
 ** awaiting retry; past it a message is dropped, counted and logged). Applies
-** to releases from now on. Negative values are DAC_ERR_INVALID_ARGUMENT. */
+** to messages from now on. max_pending may grow past its current value only
+** before the first cleanup message was queued (the queue cannot grow under
+** running senders): later, that is DAC_ERR_INVALID_ARGUMENT, as are negative
+** values. */
 int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                             int64_t max_pending);
 
