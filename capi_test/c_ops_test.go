@@ -427,3 +427,38 @@ func TestOpsLibrary(t *testing.T) {
 		static storage: yes
 	`, run(t, buildC(t, "c/ops.c"), "library"))
 }
+
+// The release fan-out through the C ABI: without a sender, releases tell
+// nobody (and count it); with one, each release tells each known worker once,
+// outside the releasing thread, and a second cleanup of the same id tells
+// nobody.
+func TestOpsFanout(t *testing.T) {
+	t.Parallel()
+	assertTranscript(t, `
+		-- no sender: releases tell nobody, and count it
+		dac_context_release(id) -> DAC_OK
+		cleanup_skipped = 1
+		dac_set_cleanup_sender(record_cleanup, rpc) -> DAC_OK
+		-- a release tells each known worker once
+		id = 844424930131969 (worker 3, counter 1)
+		dac_context_add_known_worker_id(ctx, 4) -> DAC_OK
+		dac_context_add_known_worker_id(ctx, 1) -> DAC_OK
+		dac_context_add_known_worker_id(ctx, 4) -> DAC_OK
+		dac_context_release(id) -> DAC_OK
+		dac_cleanup_flush(10000, &pending) -> DAC_OK
+		delivered 2: release 844424930131969 to worker 1; release 844424930131969 to worker 4;
+		-- a cleanup arriving twice: the second is a no-op and tells nobody
+		dac_context_release_if_present(id, NULL) -> DAC_OK
+		dac_cleanup_flush(10000, &pending) -> DAC_OK
+		delivered 0:
+		-- the other releases tell them too; a context without known workers tells nobody
+		dac_context_add_known_worker_id(ctx, 5) -> DAC_OK
+		dac_release_contexts_of_worker(5, NULL) -> DAC_OK
+		dac_cleanup_flush(10000, &pending) -> DAC_OK
+		delivered 1: release 1407374883553322 to worker 5;
+		dac_cleanup_stats(&st[0], &st[1], &st[2], &st[3], &st[4]) -> DAC_OK
+		sent 3, retried 0, failed 0, dropped 0, pending 0
+		dac_cleanup_stats(NULL, NULL, NULL, NULL, NULL) -> DAC_OK
+		dac_set_cleanup_sender(NULL, NULL) -> DAC_OK
+	`, run(t, buildC(t, "c/ops.c"), "fanout"))
+}

@@ -1,9 +1,10 @@
 /* ops: every operation of the container through the C ABI, one scenario per
 ** process, each on worker 3 (first id 844424930131968 = 3 << 48). Usage:
 **   ops SCENARIO     container | current | workers | reap | limit | context |
-**                    functions | handles | debug | library */
+**                    functions | handles | debug | fanout | library */
 #include "check.h"
 
+#include <pthread.h>
 #include <time.h>
 
 static const int64_t remote = ((int64_t)5 << 48) + 42; /* a pass of worker 5 */
@@ -497,6 +498,86 @@ static void scenario_debug(void) {
 	MUST(dac_context_unref(ctx));
 }
 
+/* The host's RPC layer, faked: it records each cleanup message it is asked
+** to deliver. It runs on a library thread, so under a lock. */
+static pthread_mutex_t sent_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	int32_t worker;
+	int64_t context_id;
+} sent[16];
+static int n_sent;
+
+static int record_cleanup(void *user_data, int32_t worker_id, int64_t context_id) {
+	REQUIRE(strcmp(user_data, "rpc") == 0);
+	pthread_mutex_lock(&sent_mu);
+	if (n_sent < 16)
+		sent[n_sent].worker = worker_id, sent[n_sent].context_id = context_id, n_sent++;
+	pthread_mutex_unlock(&sent_mu);
+	return 0;
+}
+
+/* Prints the messages delivered since the last call, by worker id. */
+static void print_sent(void) {
+	int64_t pending = -1;
+	SHOW(dac_cleanup_flush(10000, &pending));
+	pthread_mutex_lock(&sent_mu);
+	for (int i = 1; i < n_sent; i++)
+		for (int j = i; j > 0 && sent[j - 1].worker > sent[j].worker; j--) {
+			int32_t w = sent[j].worker;
+			int64_t c = sent[j].context_id;
+			sent[j] = sent[j - 1];
+			sent[j - 1].worker = w, sent[j - 1].context_id = c;
+		}
+	printf("delivered %d:", n_sent);
+	for (int i = 0; i < n_sent; i++)
+		printf(" release %" PRId64 " to worker %" PRId32 ";", sent[i].context_id, sent[i].worker);
+	printf("\n");
+	n_sent = 0;
+	pthread_mutex_unlock(&sent_mu);
+}
+
+static void scenario_fanout(void) {
+	dac_context *ctx = NULL;
+	int64_t id = 0;
+	printf("-- no sender: releases tell nobody, and count it\n");
+	MUST(dac_context_new(&ctx));
+	MUST(dac_context_id(ctx, &id));
+	MUST(dac_context_add_known_worker_id(ctx, 4));
+	SHOW(dac_context_release(id));
+	MUST(dac_context_unref(ctx));
+	printf("cleanup_skipped = %" PRId64 "\n", debug_value("cleanup_skipped"));
+
+	static char rpc[] = "rpc";
+	SHOW(dac_set_cleanup_sender(record_cleanup, rpc));
+	printf("-- a release tells each known worker once\n");
+	MUST(dac_context_new(&ctx));
+	MUST(dac_context_id(ctx, &id));
+	PRINT_ID(id);
+	SHOW(dac_context_add_known_worker_id(ctx, 4));
+	SHOW(dac_context_add_known_worker_id(ctx, 1));
+	SHOW(dac_context_add_known_worker_id(ctx, 4));
+	SHOW(dac_context_release(id));
+	print_sent();
+	printf("-- a cleanup arriving twice: the second is a no-op and tells nobody\n");
+	SHOW(dac_context_release_if_present(id, NULL));
+	print_sent();
+	MUST(dac_context_unref(ctx));
+	printf("-- the other releases tell them too; a context without known workers tells nobody\n");
+	MUST(dac_context_get_or_create(remote, &ctx));
+	SHOW(dac_context_add_known_worker_id(ctx, 5));
+	MUST(dac_context_unref(ctx));
+	MUST(dac_context_get_or_create(remote + 1, &ctx));
+	MUST(dac_context_unref(ctx));
+	SHOW(dac_release_contexts_of_worker(5, NULL));
+	print_sent();
+	int64_t st[5] = {-1, -1, -1, -1, -1};
+	SHOW(dac_cleanup_stats(&st[0], &st[1], &st[2], &st[3], &st[4]));
+	printf("sent %" PRId64 ", retried %" PRId64 ", failed %" PRId64 ", dropped %" PRId64 ", pending %" PRId64 "\n",
+	       st[0], st[1], st[2], st[3], st[4]);
+	SHOW(dac_cleanup_stats(NULL, NULL, NULL, NULL, NULL));
+	SHOW(dac_set_cleanup_sender(NULL, NULL));
+}
+
 static void scenario_library(void) {
 	printf("dac_version() = %s\n", dac_version());
 	printf("matches DAC_VERSION_STRING: %s\n", strcmp(dac_version(), DAC_VERSION_STRING) == 0 ? "yes" : "NO");
@@ -532,6 +613,7 @@ int main(int argc, char **argv) {
 	    {"container", scenario_container}, {"current", scenario_current}, {"workers", scenario_workers},
 	    {"reap", scenario_reap},           {"limit", scenario_limit},     {"context", scenario_context},
 	    {"functions", scenario_functions}, {"handles", scenario_handles}, {"debug", scenario_debug},
+	    {"fanout", scenario_fanout},
 	};
 	REQUIRE(argc == 2);
 	if (strcmp(argv[1], "library") == 0) {
