@@ -53,6 +53,8 @@ func TestBeforeInit(t *testing.T) {
 	}
 	tail := `
 		outputs untouched: yes
+		dac_set_cleanup_sender(NULL, NULL) -> DAC_OK
+		dac_cleanup_stats(NULL, NULL, NULL, NULL, NULL) -> DAC_OK
 		dac_version() = 0.1.0
 		dac_status_string(DAC_ERR_NOT_INITIALIZED) = DAC_ERR_NOT_INITIALIZED
 		-- another thread
