@@ -184,13 +184,17 @@ int dac_context_release(int64_t context_id);
 int dac_context_release_if_present(int64_t context_id, int *released);
 
 /* Releases every context whose id was created by worker_id (context_id >> 48),
-** as dac_context_release does, and writes how many to *released (may be NULL):
-** the way to clear what a worker that died mid-pass left behind here. */
+** fanning out as dac_context_release does, and writes how many to *released
+** (may be NULL): the way to clear what a worker that died mid-pass left behind
+** here. It changes no thread's current id, the caller's included: a thread
+** whose current context it released holds a stale id, as after a release by
+** another thread. */
 int dac_release_contexts_of_worker(int32_t worker_id, int64_t *released);
 
 /* Releases every context not created, retrieved or changed during the last
-** max_idle_ms milliseconds (resolution about 10 ms), as dac_context_release
-** does, and writes how many to *released (may be NULL). */
+** max_idle_ms milliseconds (resolution about 10 ms), fanning out as
+** dac_context_release does, and writes how many to *released (may be NULL).
+** Like dac_release_contexts_of_worker, it changes no thread's current id. */
 int dac_reap_idle_contexts(int64_t max_idle_ms, int64_t *released);
 
 /* ---- The calling thread's current context id ---------------------------- */
