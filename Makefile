@@ -61,6 +61,11 @@ demo: $(LIB) ## a training runtime's worker, acted out in C
 	$(CC) -std=c99 -Wall -Wextra -Werror -O2 -Iinclude examples/demo.c -L$(BUILD) -ldistautograd -Wl,-rpath,'$$ORIGIN' -lpthread -o $(BUILD)/demo
 	$(BUILD)/demo
 
+# Not part of `make test`: it times things. BENCH_FLAGS go to the driver
+# (go run ./bench -h lists them), e.g. BENCH_FLAGS='-threads 1,2,4 -reps 9'.
+bench: $(LIB) ## distautograd against the native component, C and Python levels, memory; writes build/bench.json
+	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) $(BENCH_FLAGS)
+
 generate: ## regenerate python_bindings/distautograd/_abi.py (ctypes prototypes) from include/distautograd.h
 	$(GO) run ./cmd/dacgen
 
