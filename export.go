@@ -15,6 +15,7 @@ import "C"
 import (
 	"encoding/json"
 	"fmt"
+	"runtime/metrics"
 	"unsafe"
 
 	"distautograd/container"
@@ -142,9 +143,22 @@ func debugInfo(c *container.Container) map[string]int64 {
 		"max_contexts":                c.MaxContexts(),
 		"refused_contexts":            c.RefusedContexts(),
 		"live_handles":                int64(handles.Live()),
+		"go_heap_bytes":               goHeapLiveBytes(),
 	}
 	cleanupDebugInfo(m)
 	return m
+}
+
+// goHeapLiveBytes reads the Go heap's live bytes as of the last garbage
+// collection from runtime/metrics (cheap: no stop-the-world, unlike
+// runtime.ReadMemStats), so leak tests can watch the heap through the ABI.
+func goHeapLiveBytes() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return -1
+	}
+	return int64(s[0].Value.Uint64())
 }
 
 //export dacgo_set_max_contexts

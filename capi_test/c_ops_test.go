@@ -366,6 +366,13 @@ func TestOpsDebugInfo(t *testing.T) {
 		rest = append(rest, line)
 	}
 	require.Len(t, objects, 2)
+	text, err := json.Marshal(objects[0]) // sorted keys, no spaces: the library's form
+	require.NoError(t, err)
+	for _, m := range objects { // the Go heap's size is the runtime's: only its presence is the contract
+		require.Contains(t, m, "go_heap_bytes")
+		assert.GreaterOrEqual(t, m["go_heap_bytes"], int64(0))
+		delete(m, "go_heap_bytes")
+	}
 	want := map[string]int64{
 		"num_autograd_contexts": 0, "num_current_backward_passes": 0, "max_contexts": 0,
 		"refused_contexts": 0, "live_handles": 0, "cleanup_sent": 0, "cleanup_retried": 0,
@@ -375,8 +382,6 @@ func TestOpsDebugInfo(t *testing.T) {
 	want["num_autograd_contexts"], want["live_handles"] = 1, 1
 	assert.Equal(t, want, objects[1], "after one dac_context_new")
 
-	text, err := json.Marshal(objects[0]) // sorted keys, no spaces: the library's form
-	require.NoError(t, err)
 	assertTranscript(t, `
 		dac_debug_info(NULL, 0, &full) -> DAC_OK
 		length = `+itoa(len(text))+`

@@ -128,8 +128,10 @@ int dac_new_autograd_message_id(int64_t *out);
 ** may be NULL when capacity is 0) and its full length without the NUL into
 ** *length. Keys: num_autograd_contexts, num_current_backward_passes (always 0:
 ** distautograd runs no backward passes), max_contexts, refused_contexts,
-** live_handles, and the fan-out's counters cleanup_sent, cleanup_retried,
-** cleanup_failed, cleanup_dropped, cleanup_skipped and cleanup_pending. */
+** live_handles, go_heap_bytes (the Go heap's live bytes as of the last
+** garbage collection: what the library's own memory keeps, for leak checks),
+** and the fan-out's counters cleanup_sent, cleanup_retried, cleanup_failed,
+** cleanup_dropped, cleanup_skipped and cleanup_pending. */
 int dac_debug_info(char *buf, size_t capacity, size_t *length);
 
 /* Caps the number of live contexts (0, the default: no cap). Past the cap,
