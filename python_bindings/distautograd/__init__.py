@@ -17,7 +17,11 @@ torch's message). Each thread has its own current context, as in torch.
 Beyond torch's module, for the runtime that delivers RPCs:
 :func:`_release_context_if_present`, :func:`_get_or_create_context`,
 :func:`_retrieve_context_if_present` and
-:meth:`DistAutogradContext._add_known_worker_id`.
+:meth:`DistAutogradContext._add_known_worker_id`; the release fan-out
+(:func:`set_cleanup_sender` and the rest of ``distautograd._fanout``,
+:mod:`distautograd.rpc` for torch.distributed.rpc), and
+:func:`_release_contexts_of_worker` / :func:`_reap_idle_contexts` to clear
+what a dead worker left.
 
 The library is found through $DISTAUTOGRAD_LIBRARY, else in this package's
 folder, else in the checkout's build/ (see ``distautograd._lib``). The Go
@@ -30,6 +34,21 @@ import ctypes as _ctypes
 from typing import Any, Dict, NoReturn, Optional, Set
 
 from . import _lib
+from ._fanout import (
+    LOG_DEBUG,
+    LOG_ERROR,
+    LOG_INFO,
+    LOG_WARNING,
+    CleanupStats,
+    cleanup_flush,
+    cleanup_stats,
+    log_to_logging,
+    set_cleanup_options,
+    set_cleanup_sender,
+    set_log_hook,
+    _reap_idle_contexts,
+    _release_contexts_of_worker,
+)
 from ._lib import DistAutogradError, Status
 
 __all__ = [
@@ -48,6 +67,20 @@ __all__ = [
     "_release_context_if_present",
     "_retrieve_context",
     "_retrieve_context_if_present",
+    # The release fan-out (_fanout.py).
+    "CleanupStats",
+    "LOG_DEBUG",
+    "LOG_ERROR",
+    "LOG_INFO",
+    "LOG_WARNING",
+    "cleanup_flush",
+    "cleanup_stats",
+    "log_to_logging",
+    "set_cleanup_options",
+    "set_cleanup_sender",
+    "set_log_hook",
+    "_reap_idle_contexts",
+    "_release_contexts_of_worker",
 ]
 
 _L = _lib.LIB
