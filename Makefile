@@ -10,7 +10,7 @@ LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help test lint test-go test-python install-python demo bench fuzz clean testing-lib generate
+.PHONY: all help test lint test-go test-python install-python demo bench fuzz clean testing-lib asan-lib generate
 
 all: $(LIB) ## build build/libdistautograd.so and copy the headers beside it
 
@@ -38,17 +38,37 @@ $(BUILD)/testing/libdistautograd.so: $(GOSRC) $(CSRC) go.mod go.sum
 	rm -f $(BUILD)/testing/*.h
 	ln -sf $(SONAME) $@
 
+# The AddressSanitizer build: go build -asan instruments the Go code and
+# compiles capi.c with -fsanitize=address. capi_test runs its stress and
+# bad-input programs, built with -fsanitize=address too, against it.
+asan-lib: $(BUILD)/asan/libdistautograd.so ## build/asan/libdistautograd.so, with go build -asan
+
+$(BUILD)/asan/libdistautograd.so: $(GOSRC) $(CSRC) go.mod go.sum
+	@mkdir -p $(BUILD)/asan
+	$(GO) build -asan -buildmode=c-shared -trimpath -ldflags "$(LDFLAGS)" -o $(BUILD)/asan/$(SONAME) .
+	rm -f $(BUILD)/asan/*.h
+	ln -sf $(SONAME) $@
+
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	$(GO) vet ./...
 
-test-go: $(LIB) $(BUILD)/testing/libdistautograd.so ## the Go tests with the race detector, the C/C++ ABI tests among them
+test-go: $(LIB) $(BUILD)/testing/libdistautograd.so $(BUILD)/asan/libdistautograd.so ## the Go tests with the race detector, the C/C++ ABI tests among them
 	$(GO) test -race -count=1 ./...
 
 test-python: $(LIB) ## the Python unit tests and the differential suite against torch
 	@if [ -d python_bindings/tests ]; then \
 	  PYTHONPATH=python_bindings DISTAUTOGRAD_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) -m unittest discover -v -s python_bindings/tests -t python_bindings; \
 	fi
+
+# `make test` runs the fuzz targets over their seed corpus (container/testdata/fuzz);
+# this explores further, FUZZTIME per target, and writes what fails there.
+FUZZTIME ?= 30s
+fuzz: ## run each fuzz target of container/ for FUZZTIME (default 30s)
+	@for f in $$($(GO) test -list '^Fuzz' ./container/ | grep '^Fuzz'); do \
+	  echo "== $$f for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./container/ || exit 1; \
+	done
 
 test: lint test-go test-python ## everything that must pass
 	@# Without the oracle the differential tests skip (they fail under CI=true):

@@ -167,7 +167,16 @@ func (c *Container) NewContext(t *Thread) (*Context, error) {
 	ctx := newContext(id)
 	s := c.shard(id)
 	s.mu.Lock()
-	s.m[id] = ctx
+	// A get-or-create naming an id of this worker not issued yet may have
+	// stored it first: keep that context, as the native emplace does (and
+	// count it once).
+	if prev := s.m[id]; prev != nil {
+		ctx = prev
+		ctx.touch()
+		c.live.Add(-1)
+	} else {
+		s.m[id] = ctx
+	}
 	s.mu.Unlock()
 	t.current = id
 	return ctx, nil
