@@ -37,18 +37,24 @@
 //   - A second send (or recv) function under the same message id throws
 //     Error (DAC_ERR_INVALID_ARGUMENT); the native one fails an assertion.
 // What it adds: retrieveContextIfPresent (nullptr if absent), ContextGuard
-// (a context for the length of a scope), retrieveRecvFunction, and the
+// (a context for the length of a scope), retrieveRecvFunction, the
 // library's own container operations (setMaxContexts, releaseContextsOfWorker,
-// reapIdleContexts, debugInfo).
+// reapIdleContexts, debugInfo), and the hooks of the release fan-out through
+// which the host's RPC layer delivers cleanup messages (setCleanupSender,
+// setLogHook, setCleanupOptions, cleanupStats, cleanupFlush).
 //
 // Requires C++14. Thread-safe as the C ABI is: the current context id is per
 // OS thread, exactly as the native thread_local.
 #ifndef DISTAUTOGRAD_HPP
 #define DISTAUTOGRAD_HPP
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -241,6 +247,112 @@ inline ContextPtr wrap(dac_context* handle) {
 
 }  // namespace detail
 
+// ---- Release fan-out ----
+
+// CleanupSender delivers one cleanup message: tell worker workerId (the
+// value given to addKnownWorkerId) to release its copy of context contextId,
+// through the host's RPC layer; the receiver calls releaseContextIfPresent.
+// Returning true means delivered; false, or throwing anything, means the
+// attempt failed and the library retries it. It runs on a library thread,
+// outside every lock of the container, never on the releasing thread, and
+// may call any function of this header.
+using CleanupSender = std::function<bool(worker_id_t workerId, int64_t contextId)>;
+
+// LogHook receives the library's log lines, with a DAC_LOG_* level, on
+// library threads. An exception it throws is swallowed.
+using LogHook = std::function<void(int level, const std::string& message)>;
+
+// CleanupOptions tune the fan-out; a zero field takes the library's default
+// (see dac_set_cleanup_options: 21 attempts, 10 ms initial backoff doubling
+// up to 2 s, 65536 pending messages).
+struct CleanupOptions {
+  int32_t maxAttempts = 0;                       // attempts per message, the first included
+  std::chrono::microseconds initialBackoff{0};   // wait before the first retry
+  std::chrono::microseconds maxBackoff{0};       // longest wait between attempts
+  int64_t maxPending = 0;                        // messages queued or awaiting a retry
+};
+
+// CleanupStats are the fan-out's counters of cleanup messages, one message
+// per known worker of a released context.
+struct CleanupStats {
+  int64_t sent = 0;     // delivered
+  int64_t retried = 0;  // attempts after a failed one
+  int64_t failed = 0;   // given up on after maxAttempts
+  int64_t dropped = 0;  // refused: the queue was full
+  int64_t skipped = 0;  // not sent: no sender was set
+  int64_t pending = 0;  // queued, being sent or awaiting a retry, now
+};
+
+namespace detail {
+
+// Where the C trampolines below find the current C++ hook. The library may
+// call a hook a moment after it was replaced (it read the pointer just
+// before), so what it holds is always one of the trampolines, and a call
+// takes its own reference to the std::function it runs: replacing or
+// unsetting a hook never destroys one in use. The slot is never destroyed,
+// so that library threads still running during static destruction find it.
+template <typename Fn>
+struct HookSlot {
+  std::mutex mu;
+  std::shared_ptr<const Fn> fn;
+
+  std::shared_ptr<const Fn> get() {
+    std::lock_guard<std::mutex> lock(mu);
+    return fn;
+  }
+  void set(std::shared_ptr<const Fn> f) {
+    std::lock_guard<std::mutex> lock(mu);
+    fn.swap(f);
+  }  // the old one, if this held the last reference, is destroyed here, unlocked
+};
+
+inline HookSlot<CleanupSender>& senderSlot() {
+  static HookSlot<CleanupSender>* const slot = new HookSlot<CleanupSender>();
+  return *slot;
+}
+
+inline HookSlot<LogHook>& logSlot() {
+  static HookSlot<LogHook>* const slot = new HookSlot<LogHook>();
+  return *slot;
+}
+
+// The dac_cleanup_sender of every CleanupSender: nothing thrown escapes into
+// the library (a throw counts as a failed attempt).
+inline int callCleanupSender(void*, int32_t worker_id, int64_t context_id) noexcept {
+  try {
+    const std::shared_ptr<const CleanupSender> fn = senderSlot().get();
+    if (!fn) {
+      return 1;  // unset while this call was on its way: not delivered
+    }
+    return (*fn)(fromC(worker_id), context_id) ? 0 : 1;
+  } catch (...) {
+    return 1;
+  }
+}
+
+// The dac_log_hook of every LogHook.
+inline void callLogHook(void*, int level, const char* message) noexcept {
+  try {
+    const std::shared_ptr<const LogHook> fn = logSlot().get();
+    if (fn) {
+      (*fn)(level, std::string(message != nullptr ? message : ""));
+    }
+  } catch (...) {
+  }
+}
+
+// Reads one integer value of dac_debug_info's JSON object; 0 if absent.
+inline int64_t debugValue(const std::string& json, const char* key) {
+  const std::string k = std::string("\"") + key + "\":";
+  const size_t at = json.find(k);
+  if (at == std::string::npos) {
+    return 0;
+  }
+  return std::strtoll(json.c_str() + at + k.size(), nullptr, 10);
+}
+
+}  // namespace detail
+
 // DistAutogradContainer is the process-wide container of contexts: init() it
 // once with this worker's id, then reach it with getInstance().
 class DistAutogradContainer {
@@ -406,6 +518,71 @@ class DistAutogradContainer {
     }
     out.resize(length);
     return out;
+  }
+
+  // ---- The release fan-out (static: usable before init) ----
+
+  // Sets the cleanup sender (an empty function: none; releases then tell
+  // nobody and count skipped, as the native component does without an RPC
+  // agent). Each release of a context with known workers queues one message
+  // per worker and returns at once; the library calls sender for each, on
+  // its own threads, retrying failures with backoff up to maxAttempts. The
+  // sender must stay callable until it is replaced and the calls in
+  // progress have returned (cleanupFlush waits for those): unset it before
+  // tearing down what it uses.
+  static void setCleanupSender(CleanupSender sender) {
+    if (!sender) {
+      detail::check(dac_set_cleanup_sender(nullptr, nullptr));
+      detail::senderSlot().set(nullptr);
+      return;
+    }
+    detail::senderSlot().set(std::make_shared<const CleanupSender>(std::move(sender)));
+    detail::check(dac_set_cleanup_sender(detail::callCleanupSender, nullptr));
+  }
+
+  // Sets where the library's log lines go (an empty function: the default,
+  // warnings and errors to stderr).
+  static void setLogHook(LogHook hook) {
+    if (!hook) {
+      detail::check(dac_set_log_hook(nullptr, nullptr));
+      detail::logSlot().set(nullptr);
+      return;
+    }
+    detail::logSlot().set(std::make_shared<const LogHook>(std::move(hook)));
+    detail::check(dac_set_log_hook(detail::callLogHook, nullptr));
+  }
+
+  // Tunes the fan-out for messages from now on; throws Error
+  // (DAC_ERR_INVALID_ARGUMENT) for a negative value, or a maxPending larger
+  // than before once messages were sent.
+  static void setCleanupOptions(const CleanupOptions& options) {
+    detail::check(dac_set_cleanup_options(options.maxAttempts, options.initialBackoff.count(),
+                                          options.maxBackoff.count(), options.maxPending));
+  }
+
+  // Returns the fan-out's counters (each read once, not all at one instant).
+  static CleanupStats cleanupStats() {
+    CleanupStats s;
+    detail::check(dac_cleanup_stats(&s.sent, &s.retried, &s.failed, &s.dropped, &s.pending));
+    // skipped is only in the debug information, which needs init; before
+    // init nothing was released, so nothing was skipped.
+    int32_t worker = 0;
+    if (dac_worker_id(&worker) == DAC_OK) {
+      s.skipped = detail::debugValue(instance().debugInfo(), "cleanup_skipped");
+    }
+    return s;
+  }
+
+  // Waits up to timeout for every pending cleanup message to be delivered or
+  // given up on, and returns how many are still pending (0: none). Flush
+  // before shutting the RPC layer down.
+  static int64_t cleanupFlush(std::chrono::milliseconds timeout) {
+    int64_t pending = 0;
+    const int rc = dac_cleanup_flush(timeout.count(), &pending);
+    if (rc != DAC_ERR_TIMEOUT) {
+      detail::check(rc);
+    }
+    return pending;
   }
 
  private:

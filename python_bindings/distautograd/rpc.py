@@ -39,6 +39,7 @@ torch's wait for it. At interpreter exit distautograd unsets the sender.
 """
 from __future__ import annotations
 
+import math
 import threading
 from typing import Dict
 
@@ -101,8 +102,9 @@ def install(*, timeout: float = DEFAULT_TIMEOUT) -> None:
     it after ``rpc.init_rpc`` on every worker. Calling it again changes the
     timeout."""
     global _timeout, _installed
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError("distautograd.rpc.install(): timeout must be a number of seconds > 0, got %r" % (timeout,))
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise ValueError("distautograd.rpc.install(): timeout must be a finite number of seconds > 0, got %r"
+                         % (timeout,))
     me = _rpc.get_worker_info()
     _dag._init(me.id)
     _refresh()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import sys
 import threading
 import time
@@ -56,6 +57,10 @@ def ready() -> bool:
 
 def finish() -> None:
     _finish.set()
+
+
+def installed() -> bool:
+    return distautograd.rpc.installed()
 
 
 def num_contexts() -> int:
@@ -184,6 +189,21 @@ def scenario(world: int, gate: Gate) -> Dict[str, Any]:
                 raise RuntimeError("worker %d never became ready" % r)
             time.sleep(0.02)
     res: Dict[str, Any] = {}
+
+    # distautograd.rpc itself: installed everywhere (rank 0 wraps its sender
+    # in the gate), a rank nobody has is a failed send, a bad timeout is
+    # refused, and the handler pickles by reference.
+    res["installed"] = [installed()] + [rpc.rpc_sync(r, installed, timeout=RPC_TIMEOUT) for r in everyone[1:]]
+    try:
+        distautograd.rpc.send_cleanup(world + 5, 1)
+    except LookupError as e:
+        res["unknown_rank"] = str(e)
+    for bad in (0, -1.0, "1"):
+        try:
+            distautograd.rpc.install(timeout=bad)
+        except ValueError:
+            res.setdefault("bad_timeouts", []).append(repr(bad))
+    res["handler_pickle"] = pickle.dumps(distautograd.rpc._handle_cleanup).decode("latin-1")
 
     # Phase 1: a chain 0->1->2->3 and a fan 0->{1,2,3}, released by the origin.
     chain = originate([[1, 2, 3]])

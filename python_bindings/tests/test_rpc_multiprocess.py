@@ -43,7 +43,7 @@ TORCH_PYTHON = os.environ.get("DISTAUTOGRAD_TORCH_PYTHON") or (
 WORLD = 4
 DEAD = WORLD - 1
 #: The whole run's deadline, in seconds: past it every process is killed.
-DEADLINE = 100.0
+DEADLINE = 120.0
 WORKER_MAIN = "import sys; from tests import _rpc_worker; _rpc_worker.main(sys.argv[1:])"
 
 
@@ -157,6 +157,12 @@ class RpcMultiprocess(unittest.TestCase):
                 time.monotonic() - start, time.monotonic() - killed_at,
                 ["%.5f" % s for s in res["release_seconds"]], ["%.5f" % s for s in res["release_seconds_dead_peer"]],
                 res["released"]["seconds"], json.dumps(res["final_stats"], sort_keys=True)))
+
+        self.assertEqual(res["installed"], [False, True, True, True])
+        self.assertEqual(res["unknown_rank"], "distautograd.rpc: no RPC worker has rank %d" % (WORLD + 5))
+        self.assertEqual(res["bad_timeouts"], ["0", "-1.0", "'1'"])
+        self.assertIn("distautograd.rpc", res["handler_pickle"])
+        self.assertIn("_handle_cleanup", res["handler_pickle"])
 
         # Phase 1: the passes spread along their paths...
         self.assertEqual(res["spread_counts"], {"0": 2, "1": 2, "2": 2, "3": 2})
