@@ -275,6 +275,87 @@ int dac_clear_current_context(void) {
 
 /* ---- A context, through its handle ---- */
 
+/* The slots of container.Handles, shared by Go (capi_internal.h). Reference
+** counts and context ids are served from them here, with the protocol of
+** Handles.Ref, Unref and ID; whatever the fast path cannot do (a dead or
+** never-issued handle, a reference count at its limit) goes to Go, which
+** does it or says why, so the messages stay Go's. */
+static dac_handle_shard *handle_table;
+
+static inline __attribute__((always_inline)) dac_handle_shard *handles(void) {
+	dac_handle_shard *t = __atomic_load_n(&handle_table, __ATOMIC_ACQUIRE);
+	if (__builtin_expect(t == NULL, 0)) {
+		void *p = NULL;
+		dac_error_slot ignored;
+		if (dacgo_handle_table(&p, &ignored) != DAC_OK)
+			return NULL;
+		t = p;
+		__atomic_store_n(&handle_table, t, __ATOMIC_RELEASE);
+	}
+	return t;
+}
+
+/* Returns the slot that handle h names (NULL if its chunk was never
+** allocated, so no such handle was issued) and its generation. */
+static inline __attribute__((always_inline)) dac_handle_slot *handle_slot(uint64_t h, dac_handle_shard **shard, uint32_t *index, uint32_t *gen) {
+	dac_handle_shard *t = handles();
+	if (t == NULL)
+		return NULL;
+	*shard = &t[h & (DAC_HANDLE_SHARDS - 1)];
+	*index = (uint32_t)(h >> DAC_HANDLE_SHARD_BITS) & ((1u << DAC_HANDLE_INDEX_BITS) - 1);
+	*gen = (uint32_t)(h >> 32);
+	uint64_t j = (uint64_t)*index + (1u << DAC_HANDLE_CHUNK_BASE_BITS);
+	int k = 63 - __builtin_clzll(j) - DAC_HANDLE_CHUNK_BASE_BITS;
+	dac_handle_slot *chunk = __atomic_load_n(&(*shard)->chunks[k], __ATOMIC_ACQUIRE);
+	if (chunk == NULL)
+		return NULL;
+	return &chunk[j - ((uint64_t)1 << (k + DAC_HANDLE_CHUNK_BASE_BITS))];
+}
+
+static int handle_live(uint64_t state, uint32_t gen) {
+	return (uint32_t)(state >> 32) == gen && (uint32_t)state != 0;
+}
+
+/* Adds delta (1 or -1) to the references of a live handle, as Handles.Ref
+** and Unref do; returns 0, having changed nothing, if it cannot. The last
+** reference kills the slot: its generation moves on (never to 0) and the
+** slot goes on its shard's free list, for Go's Handles.New to reuse. */
+static int handle_update(dac_context *ctx, int delta) {
+	dac_handle_shard *shard;
+	uint32_t index, gen;
+	dac_handle_slot *sl = handle_slot(to_handle(ctx), &shard, &index, &gen);
+	if (sl == NULL)
+		return 0;
+	uint64_t st = __atomic_load_n(&sl->state, __ATOMIC_ACQUIRE);
+	for (;;) {
+		if (!handle_live(st, gen))
+			return 0;
+		uint64_t next;
+		uint32_t refs = (uint32_t)st;
+		if (delta > 0) {
+			if (refs == 0x7fffffff)
+				return 0;
+			next = st + 1;
+		} else if (refs > 1) {
+			next = st - 1;
+		} else {
+			uint32_t g = gen + 1;
+			next = (uint64_t)(g ? g : 1) << 32;
+		}
+		if (__atomic_compare_exchange_n(&sl->state, &st, next, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			break;
+	}
+	if (delta < 0 && (uint32_t)st == 1) {
+		uint64_t top = __atomic_load_n(&shard->free_top, __ATOMIC_ACQUIRE);
+		do
+			__atomic_store_n(&sl->next, (uint32_t)top, __ATOMIC_RELAXED);
+		while (!__atomic_compare_exchange_n(&shard->free_top, &top, (uint64_t)index + 1, 0, __ATOMIC_RELEASE,
+		                                    __ATOMIC_ACQUIRE));
+		__atomic_add_fetch(&shard->freed, 1, __ATOMIC_RELAXED);
+	}
+	return 1;
+}
+
 /* No handle can exist before dac_init, but the header promises
 ** DAC_ERR_NOT_INITIALIZED for these too: it tells the caller more than
 ** DAC_ERR_BAD_HANDLE would. */
@@ -282,12 +363,16 @@ int dac_clear_current_context(void) {
 int dac_context_ref(dac_context *ctx) {
 	GUARD_FORK();
 	GUARD_INIT();
+	if (__builtin_expect(handle_update(ctx, 1), 1))
+		return DAC_OK;
 	return dacgo_context_ref(to_handle(ctx), 1, &tls_error);
 }
 
 int dac_context_unref(dac_context *ctx) {
 	GUARD_FORK();
 	GUARD_INIT();
+	if (__builtin_expect(handle_update(ctx, -1), 1))
+		return DAC_OK;
 	return dacgo_context_ref(to_handle(ctx), -1, &tls_error);
 }
 
@@ -295,6 +380,18 @@ int dac_context_id(dac_context *ctx, int64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
 	GUARD_INIT();
+	dac_handle_shard *shard;
+	uint32_t index, gen;
+	dac_handle_slot *sl = handle_slot(to_handle(ctx), &shard, &index, &gen);
+	if (__builtin_expect(sl != NULL, 1) && handle_live(__atomic_load_n(&sl->state, __ATOMIC_ACQUIRE), gen)) {
+		int64_t id = __atomic_load_n(&sl->id, __ATOMIC_ACQUIRE);
+		/* Still the same life of the slot: one that died in between has
+		** another generation now, reissued or not. */
+		if (handle_live(__atomic_load_n(&sl->state, __ATOMIC_ACQUIRE), gen)) {
+			*out = id;
+			return DAC_OK;
+		}
+	}
 	return dacgo_context_id(to_handle(ctx), out, &tls_error);
 }
 

@@ -55,6 +55,34 @@ int dacgo_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, 
 int dacgo_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t *dropped, int64_t *pending,
                         dac_error_slot *e);
 int dacgo_cleanup_flush(int64_t timeout_ms, int64_t *pending, dac_error_slot *e);
+int dacgo_handle_table(void **out, dac_error_slot *e);
+
+/* The handle slots that Go's container.Handles shares with C, so that
+** dac_context_id, dac_context_ref and dac_context_unref are served without
+** entering Go (container/handles.go: HandleSlot, TableShard, Table; the
+** protocol is described there, and export_handles.go checks at compile time
+** that these layouts are Go's). dacgo_handle_table gives the table: one
+** dac_handle_shard per shard, outside the Go heap, valid for the life of the
+** process. A handle is generation (32 bits) | slot index (26) | shard (6);
+** chunk k of a shard holds 64 << k slots. */
+#define DAC_HANDLE_SHARD_BITS 6
+#define DAC_HANDLE_SHARDS (1 << DAC_HANDLE_SHARD_BITS)
+#define DAC_HANDLE_INDEX_BITS 26
+#define DAC_HANDLE_CHUNK_BASE_BITS 6
+#define DAC_HANDLE_CHUNKS (DAC_HANDLE_INDEX_BITS - DAC_HANDLE_CHUNK_BASE_BITS + 1)
+
+typedef struct dac_handle_slot {
+	uint64_t state; /* generation << 32 | references; no references: dead */
+	int64_t id;     /* the context id, written before state makes it live */
+	uint32_t next;  /* free list: index+1 of the next dead slot, 0: end */
+	uint32_t pad_;
+} dac_handle_slot;
+
+typedef struct dac_handle_shard {
+	uint64_t free_top; /* index+1 of the top dead slot, 0: none; only Go pops */
+	int64_t freed;     /* slots killed, by either side */
+	dac_handle_slot *chunks[DAC_HANDLE_CHUNKS];
+} dac_handle_shard;
 
 /* Trampolines: Go cannot call a C function pointer itself; it holds them as
 ** void* (the casts are POSIX-sanctioned, as for dlsym). */
