@@ -10,10 +10,16 @@
 #include "capi_internal.h"
 #include "_cgo_export.h"
 
+/* Thread-local storage in the initial-exec model: an access is one load at
+** a fixed offset from the thread pointer instead of a __tls_get_addr call.
+** It costs nothing extra: the Go runtime's own TLS already makes the library
+** STATIC_TLS, so the loader gives its whole TLS block static space anyway. */
+#define DAC_TLS __thread __attribute__((tls_model("initial-exec")))
+
 /* The calling thread's current context id: the native thread_local. */
-static __thread int64_t tls_current = DAC_INVALID_ID;
+static DAC_TLS int64_t tls_current = DAC_INVALID_ID;
 /* The calling thread's last error. */
-static __thread dac_error_slot tls_error;
+static DAC_TLS dac_error_slot tls_error;
 
 /* Set once dac_init succeeded; read by the functions that never enter Go. */
 static int c_initialized;
@@ -123,23 +129,31 @@ int dac_num_contexts(int64_t *out) {
 ** threads interleave by block rather than one by one. Ids a thread reserved
 ** and did not use before it exited are never issued (ids are never reused). */
 #define DAC_MESSAGE_ID_BLOCK 256
-static __thread int64_t tls_msg_next, tls_msg_end; /* this thread's block: [next, end) */
+/* This thread's block, [next, end); one struct, so one offset to load. */
+static DAC_TLS struct {
+	int64_t next, end;
+} tls_msg;
 
-int dac_new_autograd_message_id(int64_t *out) {
-	GUARD_FORK();
-	CHECK_OUT(out);
-	if (__builtin_expect(tls_msg_next < tls_msg_end, 1)) {
-		*out = tls_msg_next++;
-		return DAC_OK;
-	}
+/* The slow path, out of line so that the fast one saves no registers. */
+static __attribute__((noinline)) int new_message_id_block(int64_t *out) {
 	int64_t first = 0, count = 0;
 	int rc = dacgo_new_autograd_message_id_block(DAC_MESSAGE_ID_BLOCK, &first, &count, &tls_error);
 	if (rc != DAC_OK)
 		return rc;
 	*out = first;
-	tls_msg_next = first + 1;
-	tls_msg_end = first + count;
+	tls_msg.next = first + 1;
+	tls_msg.end = first + count;
 	return DAC_OK;
+}
+
+int dac_new_autograd_message_id(int64_t *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	if (__builtin_expect(tls_msg.next < tls_msg.end, 1)) {
+		*out = tls_msg.next++;
+		return DAC_OK;
+	}
+	return new_message_id_block(out);
 }
 
 int dac_debug_info(char *buf, size_t capacity, size_t *length) {
