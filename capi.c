@@ -291,7 +291,7 @@ int dac_clear_current_context(void) {
 
 /* The slots of container.Handles, shared by Go (capi_internal.h). Reference
 ** counts and context ids are served from them here, with the protocol of
-** Handles.Ref, Unref and ID; whatever the fast path cannot do (a dead or
+** Handles.Ref, Unref and Get; whatever the fast path cannot do (a dead or
 ** never-issued handle, a reference count at its limit) goes to Go, which
 ** does it or says why, so the messages stay Go's. */
 static dac_handle_shard *handle_table;

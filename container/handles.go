@@ -21,7 +21,7 @@ import (
 // The slots are shared with C: each one's state (generation and references
 // in one word) and its context id live outside the Go heap, where the C ABI
 // reads and changes them with the same lock-free protocol as Ref, Unref and
-// ID (see Table and capi.c), so that dac_context_id, dac_context_ref and
+// the check in Get (see Table and capi.c), so that dac_context_id, dac_context_ref and
 // dac_context_unref never enter Go. The *Context of a slot stays on the Go
 // side. That memory is never returned to the system: it is as large as the
 // most handles ever live at once.
@@ -56,8 +56,11 @@ type HandleSlot struct {
 	// (low 32 bits); no references: the slot is dead, and its generation is
 	// already the one its next handle will carry.
 	State atomic.Uint64
-	// ID is the context id, written before State makes the slot live.
-	ID atomic.Int64
+	// ID is the context id, written before State makes the slot live. Only C
+	// reads it (dac_context_id), and only between two loads of State that
+	// show the same live generation: a plain store is enough, and saves New
+	// a locked instruction.
+	ID int64
 	// Next links the free list: index+1 of the next free slot, 0 at the end.
 	Next atomic.Uint32
 	_    uint32
@@ -81,8 +84,8 @@ type TableShard struct {
 type Table [handleShards]TableShard
 
 type handleShard struct {
-	mu     sync.Mutex // serializes New: popping, growing, sweeping
-	issued atomic.Int64
+	mu     sync.Mutex                             // serializes New: popping, growing, sweeping
+	issued int64                                  // handles issued, under mu
 	slots  int                                    // slots allocated so far
 	ctxs   [HandleChunks]atomic.Pointer[ctxChunk] // per chunk, the contexts by slot offset
 	sweep  int                                    // next slot to look at when sweeping
@@ -173,10 +176,10 @@ func (hs *Handles) New(ctx *Context) (uint64, error) {
 	k, off := chunkOf(idx)
 	sl := hs.slotAt(ts, k, off)
 	(*s.ctxs[k].Load())[off].Store(ctx)
-	sl.ID.Store(ctx.id)
+	sl.ID = ctx.id
 	gen := uint32(sl.State.Load() >> 32)
 	sl.State.Store(uint64(gen)<<32 | 1) // live: C may use it from here
-	s.issued.Add(1)
+	s.issued++
 	hs.sweepSome(s, ts)
 	return uint64(gen)<<32 | uint64(idx)<<handleShardBits | uint64(si), nil
 }
@@ -253,20 +256,6 @@ func (hs *Handles) Get(h uint64) (*Context, error) {
 	return ctx, nil
 }
 
-// ID returns the context id of a live handle; C does the same without
-// entering Go.
-func (hs *Handles) ID(h uint64) (int64, error) {
-	sl, _, _, gen := hs.slot(h)
-	if sl == nil || !live(sl.State.Load(), gen) {
-		return 0, errBadHandle(h)
-	}
-	id := sl.ID.Load()
-	if !live(sl.State.Load(), gen) {
-		return 0, errBadHandle(h)
-	}
-	return id, nil
-}
-
 // Ref adds a reference to a live handle.
 func (hs *Handles) Ref(h uint64) error {
 	sl, _, _, gen := hs.slot(h)
@@ -331,7 +320,10 @@ func (hs *Handles) Live() int {
 	}
 	var n int64
 	for i := range hs.shards {
-		n += hs.shards[i].issued.Load() - t[i].Freed.Load()
+		s := &hs.shards[i]
+		s.mu.Lock()
+		n += s.issued - t[i].Freed.Load()
+		s.mu.Unlock()
 	}
 	return int(n)
 }
