@@ -51,6 +51,7 @@ type Config struct {
 	N        int    // fixed iterations per sample (0: calibrate; the smoke test sets it)
 	Opt      string // the harness's optimization flag ("": -O2)
 	Ops      string // harness -ops ("" : all)
+	Clock    string // what samples are timed with: "cpu" (each thread's CPU time) or "wall"
 
 	PyRounds   int      // processes per implementation (Python level)
 	PySampleMs int      // milliseconds per sample (Python level)
@@ -80,6 +81,7 @@ type Report struct {
 	Rows    []Row
 	Memory  Memory
 	Machine string
+	Clock   string
 }
 
 // Memory is what build/bench_memory.json holds.
@@ -98,6 +100,7 @@ func main() {
 	flag.IntVar(&cfg.Reps, "reps", 7, "C level: repetitions of each operation on each side (the median is reported)")
 	flag.IntVar(&cfg.SampleMs, "sample-ms", 20, "C level: milliseconds per sample")
 	flag.StringVar(&cfg.Ops, "ops", "", "C level: comma-separated operation keys (default: all)")
+	flag.StringVar(&cfg.Clock, "clock", "cpu", "what samples are timed with: cpu (each thread's CPU time: time descheduled by other load is left out) or wall")
 	flag.IntVar(&cfg.PyRounds, "py-rounds", 5, "Python level: processes per implementation, alternating")
 	flag.IntVar(&cfg.PySampleMs, "py-sample-ms", 50, "Python level: milliseconds per sample")
 	flag.IntVar(&cfg.MemLive, "mem-live", 1000000, "memory: live contexts for bytes per context (0: skip)")
@@ -244,6 +247,7 @@ type pyOutput struct {
 func Run(cfg Config) (Report, error) {
 	var rep Report
 	rep.Machine = Machine()
+	rep.Clock = cfg.Clock
 	dir := filepath.Join(cfg.Out, "bench")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return rep, err
@@ -266,6 +270,9 @@ func Run(cfg Config) (Report, error) {
 		}
 		if cfg.Ops != "" {
 			args = append(args, "-ops", cfg.Ops)
+		}
+		if cfg.Clock != "" {
+			args = append(args, "-clock", cfg.Clock)
 		}
 		cfg.logf("C level: harness %s", strings.Join(args, " "))
 		var rows []harnessRow
@@ -368,6 +375,9 @@ func runPython(cfg Config) ([]Row, error) {
 			args := []string{script, "--impl", impl, "--sample-ms", strconv.Itoa(cfg.PySampleMs)}
 			if cfg.N > 0 {
 				args = append(args, "--n", strconv.Itoa(cfg.N))
+			}
+			if cfg.Clock != "" {
+				args = append(args, "--clock", cfg.Clock)
 			}
 			var out pyOutput
 			if err := runJSON(cfg, &out, cfg.Python, args...); err != nil {
@@ -474,6 +484,12 @@ func Machine() string {
 // memory figures.
 func PrintTables(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "Machine: %s; %s\n", rep.Machine, time.Now().UTC().Format("2006-01-02"))
+	switch rep.Clock {
+	case "cpu", "":
+		fmt.Fprintln(w, "Samples timed by each thread's CPU time (-clock cpu); medians of alternated samples.")
+	default:
+		fmt.Fprintln(w, "Samples timed by the wall clock (-clock wall); medians of alternated samples.")
+	}
 	for _, level := range []string{"c", "python"} {
 		var rows []Row
 		for _, r := range rep.Rows {
