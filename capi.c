@@ -18,6 +18,8 @@
 
 /* The calling thread's current context id: the native thread_local. */
 static DAC_TLS int64_t tls_current = DAC_INVALID_ID;
+/* Declared in capi_internal.h: nonzero while this thread runs the cleanup sender. */
+__thread int dac_tls_in_sender;
 /* The calling thread's last error. */
 static DAC_TLS dac_error_slot tls_error;
 
@@ -296,16 +298,20 @@ int dac_clear_current_context(void) {
 ** does it or says why, so the messages stay Go's. */
 static dac_handle_shard *handle_table;
 
+/* The first use asks Go; out of line, so the fast paths keep a small frame. */
+static __attribute__((noinline)) dac_handle_shard *fetch_handle_table(void) {
+	void *p = NULL;
+	dac_error_slot ignored;
+	if (dacgo_handle_table(&p, &ignored) != DAC_OK)
+		return NULL;
+	__atomic_store_n(&handle_table, (dac_handle_shard *)p, __ATOMIC_RELEASE);
+	return p;
+}
+
 static inline __attribute__((always_inline)) dac_handle_shard *handles(void) {
 	dac_handle_shard *t = __atomic_load_n(&handle_table, __ATOMIC_ACQUIRE);
-	if (__builtin_expect(t == NULL, 0)) {
-		void *p = NULL;
-		dac_error_slot ignored;
-		if (dacgo_handle_table(&p, &ignored) != DAC_OK)
-			return NULL;
-		t = p;
-		__atomic_store_n(&handle_table, t, __ATOMIC_RELEASE);
-	}
+	if (__builtin_expect(t == NULL, 0))
+		return fetch_handle_table();
 	return t;
 }
 
@@ -476,7 +482,7 @@ int dac_context_recv_functions(dac_context *ctx, int64_t *message_ids, uint64_t 
 
 int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data) {
 	GUARD_FORK();
-	return dacgo_set_cleanup_sender((void *)sender, user_data, &tls_error);
+	return dacgo_set_cleanup_sender((void *)sender, user_data, !dac_tls_in_sender, &tls_error);
 }
 
 int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
