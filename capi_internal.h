@@ -48,7 +48,7 @@ int dacgo_context_add_function(uint64_t h, int kind, int64_t msg_id, uint64_t fn
 int dacgo_context_function(uint64_t h, int kind, int64_t msg_id, uint64_t *out, dac_error_slot *e);
 int dacgo_context_functions(uint64_t h, int kind, int64_t *msg_ids, uint64_t *fns, size_t capacity, size_t *count,
                             dac_error_slot *e);
-int dacgo_set_cleanup_sender(void *fn, void *user_data, dac_error_slot *e);
+int dacgo_set_cleanup_sender(void *fn, void *user_data, int wait, dac_error_slot *e);
 int dacgo_set_log_hook(void *fn, void *user_data, dac_error_slot *e);
 int dacgo_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                               int64_t max_pending, dac_error_slot *e);
@@ -87,8 +87,15 @@ typedef struct dac_handle_shard {
 /* Trampolines: Go cannot call a C function pointer itself; it holds them as
 ** void* (the casts are POSIX-sanctioned, as for dlsym). */
 
+/* Set on a thread while it runs the host's cleanup sender (capi.c), so that
+** dac_set_cleanup_sender called from inside a sender does not wait for itself. */
+extern __thread int dac_tls_in_sender;
+
 static inline int dac_call_cleanup_sender(void *fn, void *user_data, int32_t worker_id, int64_t context_id) {
-	return ((dac_cleanup_sender)fn)(user_data, worker_id, context_id);
+	dac_tls_in_sender++;
+	int rc = ((dac_cleanup_sender)fn)(user_data, worker_id, context_id);
+	dac_tls_in_sender--;
+	return rc;
 }
 
 static inline void dac_call_log(void *fn, void *user_data, int level, const char *message) {

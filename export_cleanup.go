@@ -16,22 +16,15 @@ import (
 	"distautograd/container"
 )
 
-// The release fan-out of the process-wide container: a container.Cleanup
-// whose SendFunc calls the host's C function pointer, and whose log lines go
-// to the host's log hook (or, without one, warnings and errors to stderr,
-// as the native component logs through glog).
-var fanout struct {
-	mu      sync.Mutex
-	cleanup *container.Cleanup
-	sender  container.SendFunc
-	log     container.LogFunc
-}
+// The release fan-out of the process-wide container: one container.Cleanup
+// for the life of the process, whose SendFunc calls the host's C function
+// pointer and whose log lines go to the host's log hook (or, without one,
+// warnings and errors to stderr, as the native component logs through glog).
+var cleanup = container.NewCleanup(nil, container.CleanupOptions{})
 
 func init() {
-	fanout.log = stderrLog
-	fanout.cleanup = container.NewCleanup(nil, container.CleanupOptions{})
-	fanout.cleanup.SetLog(fanout.log)
-	proc.SetNotifier(fanout.cleanup)
+	cleanup.SetLog(stderrLog)
+	proc.SetNotifier(cleanup)
 }
 
 func stderrLog(level container.LogLevel, msg string) {
@@ -40,44 +33,54 @@ func stderrLog(level container.LogLevel, msg string) {
 	}
 }
 
-func currentCleanup() *container.Cleanup {
-	fanout.mu.Lock()
-	defer fanout.mu.Unlock()
-	return fanout.cleanup
+// hostSender is the (function, user data) pair last given to
+// dac_set_cleanup_sender.
+var hostSender struct {
+	mu           sync.Mutex
+	fn, userData unsafe.Pointer
 }
 
 //export dacgo_set_cleanup_sender
-func dacgo_set_cleanup_sender(fn unsafe.Pointer, userData unsafe.Pointer, e *C.dac_error_slot) (rc C.int) {
+func dacgo_set_cleanup_sender(fn unsafe.Pointer, userData unsafe.Pointer, wait C.int, e *C.dac_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
-	fanout.mu.Lock()
-	defer fanout.mu.Unlock()
-	fanout.sender = nil
+	hostSender.mu.Lock()
+	same := hostSender.fn == fn && hostSender.userData == userData
+	hostSender.fn, hostSender.userData = fn, userData
+	hostSender.mu.Unlock()
+	if same {
+		// The C++ and Python wrappers keep one trampoline and swap what is
+		// behind it: re-setting it must neither wait for nor drop its calls.
+		return 0
+	}
+	var send container.SendFunc
 	if fn != nil {
-		fanout.sender = func(worker uint16, contextID int64) error {
+		send = func(worker uint16, contextID int64) error {
 			if r := C.dac_call_cleanup_sender(fn, userData, C.int32_t(worker), C.int64_t(contextID)); r != 0 {
 				return fmt.Errorf("cleanup sender returned %d", int(r))
 			}
 			return nil
 		}
 	}
-	fanout.cleanup.SetSender(fanout.sender)
+	if wait != 0 {
+		cleanup.SetSenderAndWait(send)
+	} else {
+		cleanup.SetSender(send) // called from inside a sender: it would wait for itself
+	}
 	return 0
 }
 
 //export dacgo_set_log_hook
 func dacgo_set_log_hook(fn unsafe.Pointer, userData unsafe.Pointer, e *C.dac_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
-	fanout.mu.Lock()
-	defer fanout.mu.Unlock()
-	fanout.log = stderrLog
-	if fn != nil {
-		fanout.log = func(level container.LogLevel, msg string) {
-			cs := C.CString(msg)
-			defer C.free(unsafe.Pointer(cs))
-			C.dac_call_log(fn, userData, C.int(level), cs)
-		}
+	if fn == nil {
+		cleanup.SetLog(stderrLog)
+		return 0
 	}
-	fanout.cleanup.SetLog(fanout.log)
+	cleanup.SetLog(func(level container.LogLevel, msg string) {
+		cs := C.CString(msg)
+		defer C.free(unsafe.Pointer(cs))
+		C.dac_call_log(fn, userData, C.int(level), cs)
+	})
 	return 0
 }
 
@@ -87,7 +90,7 @@ func dacgo_set_cleanup_options(maxAttempts C.int32_t, initialBackoffUs, maxBacko
 	if maxAttempts < 0 || initialBackoffUs < 0 || maxBackoffUs < 0 || maxPending < 0 {
 		return fail(e, container.Errorf(container.ErrInvalidArgument, "dac_set_cleanup_options: values must be >= 0 (0 selects the default)"))
 	}
-	err := currentCleanup().SetOptions(container.CleanupOptions{
+	err := cleanup.SetOptions(container.CleanupOptions{
 		MaxAttempts:    int(maxAttempts),
 		InitialBackoff: time.Duration(initialBackoffUs) * time.Microsecond,
 		MaxBackoff:     time.Duration(maxBackoffUs) * time.Microsecond,
@@ -102,7 +105,7 @@ func dacgo_set_cleanup_options(maxAttempts C.int32_t, initialBackoffUs, maxBacko
 //export dacgo_cleanup_stats
 func dacgo_cleanup_stats(sent, retried, failed, dropped, pending *C.int64_t, e *C.dac_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
-	s := currentCleanup().Stats()
+	s := cleanup.Stats()
 	for _, f := range []struct {
 		p *C.int64_t
 		v int64
@@ -120,7 +123,7 @@ func dacgo_cleanup_flush(timeoutMs C.int64_t, pending *C.int64_t, e *C.dac_error
 	if timeoutMs < 0 {
 		return fail(e, container.Errorf(container.ErrInvalidArgument, "dac_cleanup_flush: timeout_ms must be >= 0, got %d", int64(timeoutMs)))
 	}
-	left := currentCleanup().Flush(time.Duration(timeoutMs) * time.Millisecond)
+	left := cleanup.Flush(time.Duration(timeoutMs) * time.Millisecond)
 	if pending != nil {
 		*pending = C.int64_t(left)
 	}
@@ -132,7 +135,7 @@ func dacgo_cleanup_flush(timeoutMs C.int64_t, pending *C.int64_t, e *C.dac_error
 
 // cleanupDebugInfo adds the fan-out's counters to dac_debug_info.
 func cleanupDebugInfo(m map[string]int64) {
-	s := currentCleanup().Stats()
+	s := cleanup.Stats()
 	m["cleanup_sent"] = s.Sent
 	m["cleanup_retried"] = s.Retried
 	m["cleanup_failed"] = s.Failed

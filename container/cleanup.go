@@ -78,8 +78,11 @@ type CleanupStats struct {
 // releasing caller (it has nothing to do about it: the best effort of the
 // native component, made observable). Safe for concurrent use.
 type Cleanup struct {
-	opts   atomic.Pointer[CleanupOptions]
-	send   atomic.Pointer[SendFunc]
+	opts atomic.Pointer[CleanupOptions]
+	send atomic.Pointer[senderBox]
+	// sendMu orders "take the sender and count the call" before a swap, so
+	// SetSenderAndWait sees every call of the sender it replaced.
+	sendMu sync.RWMutex
 	log    atomic.Pointer[LogFunc]
 	queue  chan cleanupJob
 	done   chan struct{}
@@ -145,12 +148,32 @@ func (c *Cleanup) SetOptions(o CleanupOptions) error {
 // SetSender sets the function that delivers messages (nil: none; releases
 // then send nothing and count Skipped, as the native component does without
 // an RPC agent).
-func (c *Cleanup) SetSender(send SendFunc) {
-	if send == nil {
-		c.send.Store(nil)
-		return
+func (c *Cleanup) SetSender(send SendFunc) { c.swapSender(send) }
+
+// SetSenderAndWait is SetSender, returning only once every call of the
+// previous sender has returned, so the host may free what that sender uses.
+// Called from inside a sender it would wait for itself: use SetSender there.
+func (c *Cleanup) SetSenderAndWait(send SendFunc) {
+	old := c.swapSender(send)
+	for old != nil && old.calls.Load() > 0 {
+		time.Sleep(100 * time.Microsecond)
 	}
-	c.send.Store(&send)
+}
+
+// senderBox is a sender and how many calls of it are running.
+type senderBox struct {
+	fn    SendFunc
+	calls atomic.Int64
+}
+
+func (c *Cleanup) swapSender(send SendFunc) *senderBox {
+	var b *senderBox
+	if send != nil {
+		b = &senderBox{fn: send}
+	}
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.send.Swap(b)
 }
 
 // SetLog sets where log lines go (nil: dropped).
@@ -246,8 +269,15 @@ func (c *Cleanup) run() {
 func (c *Cleanup) deliver(j cleanupJob) {
 	j.attempt++
 	err := errors.New("no cleanup sender set")
-	if send := c.send.Load(); send != nil {
-		err = callSend(*send, j.worker, j.context)
+	c.sendMu.RLock()
+	b := c.send.Load()
+	if b != nil {
+		b.calls.Add(1)
+	}
+	c.sendMu.RUnlock()
+	if b != nil {
+		err = callSend(b.fn, j.worker, j.context)
+		b.calls.Add(-1)
 	}
 	if err == nil {
 		c.sent.Add(1)

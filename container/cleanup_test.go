@@ -512,3 +512,27 @@ func TestCleanupSetLogNil(t *testing.T) {
 	c.NotifyRelease(1, []uint16{1})
 	assert.Equal(t, int64(1), flushCleanup(t, c).Failed)
 }
+
+func TestCleanupSetSenderAndWaitWaitsForCallsInProgress(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	c := newTestCleanup(t, func(uint16, int64) error {
+		close(entered)
+		<-release
+		return nil
+	}, CleanupOptions{}, nil)
+	c.NotifyRelease(1, []uint16{1})
+	<-entered
+	swapped := make(chan struct{})
+	go func() {
+		c.SetSenderAndWait(nil)
+		close(swapped)
+	}()
+	select {
+	case <-swapped:
+		t.Fatal("SetSenderAndWait returned while a call of the old sender was running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-swapped
+	assert.Equal(t, int64(1), flushCleanup(t, c).Sent)
+}

@@ -277,7 +277,10 @@ typedef int (*dac_cleanup_sender)(void *user_data, int32_t worker_id, int64_t co
 ** cleanup_skipped, as the native component does without an RPC agent). May be
 ** called before dac_init. Each release of a context with known workers queues
 ** one message per worker and returns at once; a failed message is retried with
-** exponential backoff up to max_attempts, then counted as failed and logged. */
+** exponential backoff up to max_attempts, then counted as failed and logged.
+** It returns once every call of the previous sender has returned, so the host
+** may then free that sender's user_data (called from inside a sender, it
+** cannot wait for itself and returns at once). */
 int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data);
 
 /* Tunes the fan-out; 0 selects a default: max_attempts 21 (the native 20
@@ -311,7 +314,10 @@ int dac_cleanup_flush(int64_t timeout_ms, int64_t *pending);
 ** message is valid during the call only. Called on library threads. */
 typedef void (*dac_log_hook)(void *user_data, int level, const char *message);
 
-/* Sets the log hook (NULL, the default: warnings and errors go to stderr). */
+/* Sets the log hook (NULL, the default: warnings and errors go to stderr).
+** Unlike dac_set_cleanup_sender it does not wait for calls of the previous
+** hook in progress: keep a hook's user_data alive for the life of the process
+** or until dac_cleanup_flush has returned DAC_OK with no release since. */
 int dac_set_log_hook(dac_log_hook hook, void *user_data);
 
 #ifdef __cplusplus
