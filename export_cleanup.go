@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"time"
@@ -84,6 +85,16 @@ func dacgo_set_log_hook(fn unsafe.Pointer, userData unsafe.Pointer, e *C.dac_err
 	return 0
 }
 
+// saturating returns n units (n >= 0) as a Duration, the longest one where
+// n*unit would overflow int64 (a wrapped product would be negative, or short,
+// and so wait less than asked).
+func saturating(n int64, unit time.Duration) time.Duration {
+	if n > math.MaxInt64/int64(unit) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * unit
+}
+
 //export dacgo_set_cleanup_options
 func dacgo_set_cleanup_options(maxAttempts C.int32_t, initialBackoffUs, maxBackoffUs, maxPending C.int64_t, e *C.dac_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
@@ -92,8 +103,8 @@ func dacgo_set_cleanup_options(maxAttempts C.int32_t, initialBackoffUs, maxBacko
 	}
 	err := cleanup.SetOptions(container.CleanupOptions{
 		MaxAttempts:    int(maxAttempts),
-		InitialBackoff: time.Duration(initialBackoffUs) * time.Microsecond,
-		MaxBackoff:     time.Duration(maxBackoffUs) * time.Microsecond,
+		InitialBackoff: saturating(int64(initialBackoffUs), time.Microsecond),
+		MaxBackoff:     saturating(int64(maxBackoffUs), time.Microsecond),
 		MaxPending:     int(maxPending),
 	})
 	if err != nil {
@@ -123,7 +134,7 @@ func dacgo_cleanup_flush(timeoutMs C.int64_t, pending *C.int64_t, e *C.dac_error
 	if timeoutMs < 0 {
 		return fail(e, container.Errorf(container.ErrInvalidArgument, "dac_cleanup_flush: timeout_ms must be >= 0, got %d", int64(timeoutMs)))
 	}
-	left := cleanup.Flush(time.Duration(timeoutMs) * time.Millisecond)
+	left := cleanup.Flush(saturating(int64(timeoutMs), time.Millisecond))
 	if pending != nil {
 		*pending = C.int64_t(left)
 	}

@@ -126,6 +126,11 @@ func NewCleanup(send SendFunc, opts CleanupOptions) *Cleanup {
 // Options returns the options in force, defaults filled in.
 func (c *Cleanup) Options() CleanupOptions { return *c.opts.Load() }
 
+// MaxCleanupPending bounds CleanupOptions.MaxPending: the queue is a channel
+// of that capacity, allocated at once, and a size from a typo (or an int64
+// passed through) must be an error, not a crash on allocation.
+const MaxCleanupPending = 1 << 22
+
 // SetOptions changes the options for messages from now on (zero fields take
 // their defaults; Senders cannot change once set). MaxPending may grow past
 // the size the Cleanup was made with only while no message was ever queued,
@@ -135,6 +140,9 @@ func (c *Cleanup) SetOptions(o CleanupOptions) error {
 	defer c.closeMu.Unlock()
 	o = o.withDefaults()
 	o.Senders = c.Options().Senders
+	if o.MaxPending > MaxCleanupPending {
+		return Errorf(ErrInvalidArgument, "max_pending must be at most %d (its queue is allocated up front), got %d", MaxCleanupPending, o.MaxPending)
+	}
 	if o.MaxPending > cap(c.queue) {
 		if c.started.Load() {
 			return Errorf(ErrInvalidArgument, "max_pending cannot grow past %d once cleanup messages were sent; set it before the first release that notifies a worker", cap(c.queue))

@@ -290,7 +290,8 @@ int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data);
 ** to messages from now on. max_pending may grow past its current value only
 ** before the first cleanup message was queued (the queue cannot grow under
 ** running senders): later, that is DAC_ERR_INVALID_ARGUMENT, as are negative
-** values. */
+** values and a max_pending above 4194304 (its queue is allocated up front).
+** A backoff too long for int64_t nanoseconds is taken as the longest one. */
 int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                             int64_t max_pending);
 
@@ -301,7 +302,8 @@ int dac_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t 
 
 /* Waits up to timeout_ms for every pending cleanup message to be delivered or
 ** given up on; DAC_ERR_TIMEOUT if some are still pending, whose number is
-** written to *pending (may be NULL). */
+** written to *pending (may be NULL). A timeout_ms too long for int64_t
+** nanoseconds (about 292 years) waits as long as that. */
 int dac_cleanup_flush(int64_t timeout_ms, int64_t *pending);
 
 /* Log levels of the log hook. */
