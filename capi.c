@@ -19,7 +19,7 @@
 /* The calling thread's current context id: the native thread_local. */
 static DAC_TLS int64_t tls_current = DAC_INVALID_ID;
 /* Declared in capi_internal.h: nonzero while this thread runs the cleanup sender. */
-__thread int dac_tls_in_sender;
+__thread int dacc_tls_in_sender;
 /* The calling thread's last error. */
 static DAC_TLS dac_error_slot tls_error;
 
@@ -482,7 +482,7 @@ int dac_context_recv_functions(dac_context *ctx, int64_t *message_ids, uint64_t 
 
 int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data) {
 	GUARD_FORK();
-	return dacgo_set_cleanup_sender((void *)sender, user_data, !dac_tls_in_sender, &tls_error);
+	return dacgo_set_cleanup_sender((void *)sender, user_data, !dacc_tls_in_sender, &tls_error);
 }
 
 int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,

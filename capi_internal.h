@@ -89,12 +89,12 @@ typedef struct dac_handle_shard {
 
 /* Set on a thread while it runs the host's cleanup sender (capi.c), so that
 ** dac_set_cleanup_sender called from inside a sender does not wait for itself. */
-extern __thread int dac_tls_in_sender;
+extern __thread int dacc_tls_in_sender;
 
 static inline int dac_call_cleanup_sender(void *fn, void *user_data, int32_t worker_id, int64_t context_id) {
-	dac_tls_in_sender++;
+	dacc_tls_in_sender++;
 	int rc = ((dac_cleanup_sender)fn)(user_data, worker_id, context_id);
-	dac_tls_in_sender--;
+	dacc_tls_in_sender--;
 	return rc;
 }
 
