@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "capi_internal.h"
 #include "_cgo_export.h"
@@ -28,9 +29,35 @@ static int c_initialized;
 /* Set in a child process after fork(): the Go runtime did not come along. */
 static volatile int c_forked;
 
+/* fork() while a library thread is inside the host's sender or log hook
+** gives the child a copy of whatever that thread held at that instant. For
+** a Python host that can be CPython's own lock on its thread states, which
+** a ctypes callback takes (without the GIL) to make the calling thread's
+** state, and which CPython before 3.13 re-initializes in the child only
+** after using it: the child hangs in os.fork() (seen: 2 forks in 300 with
+** a busy Python sender). So fork() holds new calls into the host back and
+** gives those in progress a moment, 20 ms at most (one waiting for the GIL
+** that the forking thread holds cannot finish, and is past that danger). */
+/* Declared in capi_internal.h, whose dacc_callback_enter/leave count calls. */
+int dacc_cb_in_flight;
+int dacc_cb_fork_gate;
+__thread int dacc_tls_in_callback;
+
+static void on_fork_prepare(void) {
+	__atomic_store_n(&dacc_cb_fork_gate, 1, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 200 && __atomic_load_n(&dacc_cb_in_flight, __ATOMIC_SEQ_CST) > dacc_tls_in_callback; i++) {
+		struct timespec ts = {0, 100 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void on_fork_parent(void) { __atomic_store_n(&dacc_cb_fork_gate, 0, __ATOMIC_SEQ_CST); }
+
 static void on_fork_child(void) { c_forked = 1; }
 
-__attribute__((constructor)) static void dac_c_setup(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+__attribute__((constructor)) static void dac_c_setup(void) {
+	pthread_atfork(on_fork_prepare, on_fork_parent, on_fork_child);
+}
 
 static int fail(int code, const char *fn, const char *what) {
 	tls_error.code = code;

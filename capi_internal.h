@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "include/distautograd.h"
 
@@ -91,15 +92,46 @@ typedef struct dac_handle_shard {
 ** dac_set_cleanup_sender called from inside a sender does not wait for itself. */
 extern __thread int dacc_tls_in_sender;
 
+/* Around every call into the host from a library thread, so that fork()
+** can hold such calls back and wait for those in progress (capi.c, which
+** defines these: calls in progress, set while a fork is prepared, and this
+** thread's own calls, for a fork from inside a sender). */
+extern int dacc_cb_in_flight;
+extern int dacc_cb_fork_gate;
+extern __thread int dacc_tls_in_callback;
+
+static inline void dacc_callback_enter(void) {
+	for (;;) {
+		while (__atomic_load_n(&dacc_cb_fork_gate, __ATOMIC_SEQ_CST)) {
+			struct timespec ts = {0, 50 * 1000};
+			nanosleep(&ts, NULL);
+		}
+		__atomic_add_fetch(&dacc_cb_in_flight, 1, __ATOMIC_SEQ_CST);
+		if (!__atomic_load_n(&dacc_cb_fork_gate, __ATOMIC_SEQ_CST))
+			break;
+		__atomic_sub_fetch(&dacc_cb_in_flight, 1, __ATOMIC_SEQ_CST);
+	}
+	dacc_tls_in_callback++;
+}
+
+static inline void dacc_callback_leave(void) {
+	dacc_tls_in_callback--;
+	__atomic_sub_fetch(&dacc_cb_in_flight, 1, __ATOMIC_SEQ_CST);
+}
+
 static inline int dac_call_cleanup_sender(void *fn, void *user_data, int32_t worker_id, int64_t context_id) {
+	dacc_callback_enter();
 	dacc_tls_in_sender++;
 	int rc = ((dac_cleanup_sender)fn)(user_data, worker_id, context_id);
 	dacc_tls_in_sender--;
+	dacc_callback_leave();
 	return rc;
 }
 
 static inline void dac_call_log(void *fn, void *user_data, int level, const char *message) {
+	dacc_callback_enter();
 	((dac_log_hook)fn)(user_data, level, message);
+	dacc_callback_leave();
 }
 
 #endif

@@ -27,7 +27,11 @@
 ** Fork: the Go runtime does not survive fork(). In a child process forked
 ** after this library was loaded, every function fails at once with
 ** DAC_ERR_FORKED without entering Go. Load the library after fork, or use
-** the "spawn" start method of Python's multiprocessing.
+** the "spawn" start method of Python's multiprocessing. While a process
+** forks, the library holds back its calls into the cleanup sender and the
+** log hook and lets those in progress end (20 ms at most), so that a child
+** does not inherit a lock a sender held mid-call (a forked Python child
+** could hang in CPython's own after-fork code).
 */
 #ifndef DISTAUTOGRAD_H
 #define DISTAUTOGRAD_H

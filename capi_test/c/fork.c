@@ -11,7 +11,13 @@
 ** so a hang is reported, never waited for. The parent keeps working after.
 ** Usage:
 **   fork busy THREADS ROUNDS   ROUNDS rounds of the children above
-**   fork fresh                 what an exec'd child runs */
+**   fork fresh                 what an exec'd child runs
+**   fork gate FORKS            forks while senders are called all the time:
+**                              fork() must hold calls into the host back and
+**                              let those in progress end (a Python host's
+**                              child could otherwise inherit a lock a sender
+**                              held, and hang), so no child may find a
+**                              sender mid-call in its copy of the memory */
 #include "check.h"
 
 #include <errno.h>
@@ -365,8 +371,83 @@ static void fresh(void) {
 	       msg);
 }
 
+/* ---- the fork gate ---- */
+
+static int in_sender;   /* senders inside their call now */
+static long gate_calls; /* sender calls made */
+
+static int marking_sender(void *user_data, int32_t worker_id, int64_t context_id) {
+	(void)user_data, (void)worker_id, (void)context_id;
+	__atomic_add_fetch(&in_sender, 1, __ATOMIC_SEQ_CST);
+	/* 200 us of work, as a host building an RPC would (busy: a sleep would
+	** leave the call's end to the scheduler's mercy under load). */
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < 200000);
+	__atomic_add_fetch(&gate_calls, 1, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&in_sender, 1, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+static void *releasing_main(void *arg) {
+	(void)arg;
+	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
+		dac_context *ctx = NULL;
+		int64_t id = 0;
+		MUST(dac_context_new(&ctx));
+		MUST(dac_context_id(ctx, &id));
+		for (int32_t w = 1; w <= 4; w++)
+			MUST(dac_context_add_known_worker_id(ctx, w));
+		MUST(dac_context_release(id)); /* 4 messages for the senders */
+		MUST(dac_context_unref(ctx));
+		struct timespec ts = {0, 2000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+static void gate(int forks) {
+	MUST(dac_set_cleanup_sender(marking_sender, NULL));
+	MUST(dac_set_log_hook(count_log, NULL));
+	MUST(dac_init(3));
+	pthread_t threads[2];
+	for (int i = 0; i < 2; i++)
+		REQUIRE(pthread_create(&threads[i], NULL, releasing_main, NULL) == 0);
+	while (__atomic_load_n(&gate_calls, __ATOMIC_RELAXED) < 100)
+		sched_yield();
+	int mid_call = 0, busy_before = 0, bad_exit = 0;
+	for (int i = 0; i < forks; i++) {
+		busy_before += __atomic_load_n(&in_sender, __ATOMIC_SEQ_CST) > 0;
+		fflush(stdout);
+		pid_t pid = fork();
+		if (pid == 0)
+			_exit(__atomic_load_n(&in_sender, __ATOMIC_SEQ_CST) == 0 ? 0 : 3);
+		char desc[128];
+		wait_child(pid, desc, sizeof desc);
+		if (strcmp(desc, "exit status 3") == 0)
+			mid_call++;
+		else if (strcmp(desc, "exit status 0") != 0)
+			bad_exit++;
+	}
+	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < 2; i++)
+		REQUIRE(pthread_join(threads[i], NULL) == 0);
+	MUST(dac_cleanup_flush(30000, NULL));
+	fprintf(stderr, "gate: a sender was mid-call just before %d of %d forks; %ld sender calls\n", busy_before, forks,
+	        gate_calls);
+	printf("children that found a sender mid-call: %d of %d\n", mid_call, forks);
+	printf("children that did not exit cleanly: %d\n", bad_exit);
+	printf("warnings logged: %ld\n", __atomic_load_n(&log_lines, __ATOMIC_RELAXED));
+}
+
 int main(int argc, char **argv) {
 	prog = argv[0];
+	if (argc == 3 && strcmp(argv[1], "gate") == 0) {
+		gate(atoi(argv[2]));
+		return 0;
+	}
 	if (argc == 2 && strcmp(argv[1], "fresh") == 0) {
 		fresh();
 		return 0;

@@ -21,6 +21,7 @@ import ctypes
 import dataclasses
 import logging
 import math
+import os
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -334,3 +335,18 @@ def _at_exit() -> None:
 
 
 atexit.register(_at_exit)
+
+
+def _after_fork_in_child() -> None:
+    """In a child process after fork() no library thread exists (the Go
+    runtime did not come along; every library call fails with ERR_FORKED):
+    no call of a thunk is in progress, whatever the count copied from the
+    parent says, and the exit handler must not wait for one."""
+    global _sender, _log_hook, _calls, _calls_lock
+    _sender = None
+    _log_hook = None
+    _calls = 0
+    _calls_lock = threading.Lock()  # a library thread may have held the parent's
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
