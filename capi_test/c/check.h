@@ -106,4 +106,15 @@ static inline int64_t num_contexts(void) {
 	return n;
 }
 
+/* Returns one integer of dac_debug_info's JSON object, or -1 if it has no such key. */
+static inline int64_t debug_value(const char *key) {
+	char buf[1024], quoted[64];
+	size_t len = 0;
+	MUST(dac_debug_info(buf, sizeof buf, &len));
+	REQUIRE(len < sizeof buf);
+	snprintf(quoted, sizeof quoted, "\"%s\":", key);
+	const char *at = strstr(buf, quoted);
+	return at ? strtoll(at + strlen(quoted), NULL, 10) : -1;
+}
+
 #endif

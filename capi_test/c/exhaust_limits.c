@@ -186,16 +186,6 @@ static void *flood_main(void *arg) {
 	return NULL;
 }
 
-static int64_t debug_value(const char *key) {
-	char buf[1024], quoted[64];
-	size_t len = 0;
-	MUST(dac_debug_info(buf, sizeof buf, &len));
-	REQUIRE(len < sizeof buf);
-	snprintf(quoted, sizeof quoted, "\"%s\":", key);
-	const char *at = strstr(buf, quoted);
-	return at ? strtoll(at + strlen(quoted), NULL, 10) : -1;
-}
-
 static void cap(int threads, int64_t limit) {
 	MUST(dac_init(3));
 	SHOWF(dac_set_max_contexts(limit), "dac_set_max_contexts(%" PRId64 ")", limit);

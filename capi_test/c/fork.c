@@ -267,16 +267,6 @@ static long total_rounds(struct busy *bs, int n) {
 	return sum;
 }
 
-static int64_t debug_value(const char *key) {
-	char buf[1024], quoted[64];
-	size_t len = 0;
-	MUST(dac_debug_info(buf, sizeof buf, &len));
-	REQUIRE(len < sizeof buf);
-	snprintf(quoted, sizeof quoted, "\"%s\":", key);
-	const char *at = strstr(buf, quoted);
-	return at ? strtoll(at + strlen(quoted), NULL, 10) : -1;
-}
-
 static void busy(int threads, int rounds) {
 	MUST(dac_set_cleanup_sender(flaky_sender, NULL));
 	MUST(dac_set_cleanup_options(50, 100, 1000, 0));

@@ -25,16 +25,6 @@ static long rss_bytes(void) {
 	return resident * sysconf(_SC_PAGESIZE);
 }
 
-static int64_t debug_value(const char *key) {
-	char buf[1024], quoted[64];
-	size_t len = 0;
-	MUST(dac_debug_info(buf, sizeof buf, &len));
-	REQUIRE(len < sizeof buf);
-	snprintf(quoted, sizeof quoted, "\"%s\":", key);
-	const char *at = strstr(buf, quoted);
-	return at ? strtoll(at + strlen(quoted), NULL, 10) : -1;
-}
-
 int main(int argc, char **argv) {
 	REQUIRE(argc == 3);
 	long iterations = strtol(argv[1], NULL, 10);

@@ -225,17 +225,6 @@ static void scenario_reap(void) {
 	MUST(dac_context_unref(used));
 }
 
-/* Returns one integer of dac_debug_info's JSON object, or -1 if it has no such key. */
-static int64_t debug_value(const char *key) {
-	char buf[1024], quoted[64];
-	size_t len = 0;
-	MUST(dac_debug_info(buf, sizeof buf, &len));
-	REQUIRE(len < sizeof buf);
-	snprintf(quoted, sizeof quoted, "\"%s\":", key);
-	const char *at = strstr(buf, quoted);
-	return at ? strtoll(at + strlen(quoted), NULL, 10) : -1;
-}
-
 static void print_debug_info(void) {
 	printf("debug_info: num_autograd_contexts %" PRId64 ", max_contexts %" PRId64 ", refused_contexts %" PRId64 "\n",
 	       debug_value("num_autograd_contexts"), debug_value("max_contexts"), debug_value("refused_contexts"));

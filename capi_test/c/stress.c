@@ -320,16 +320,6 @@ static const char *check_ids(struct worker *ws, int n, int msg, size_t *total) {
 	return verdict;
 }
 
-static int64_t debug_value(const char *key) {
-	char buf[1024], quoted[64];
-	size_t len = 0;
-	MUST(dac_debug_info(buf, sizeof buf, &len));
-	REQUIRE(len < sizeof buf);
-	snprintf(quoted, sizeof quoted, "\"%s\":", key);
-	const char *at = strstr(buf, quoted);
-	return at ? strtoll(at + strlen(quoted), NULL, 10) : -1;
-}
-
 /* The caller says the buffer holds 4 worker ids; it holds 1. Go code of the
 ** library writes the other 3 past its end: only a library built with
 ** go build -asan can see that. */
