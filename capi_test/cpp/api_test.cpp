@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "distautograd.hpp"
+#include "check.hpp"
 
 using distautograd::ContextGuard;
 using distautograd::ContextPtr;
@@ -39,37 +40,6 @@ using distautograd::DistAutogradContext;
 using distautograd::Error;
 
 namespace {
-
-std::atomic<int> g_checks{0};
-std::atomic<int> g_failures{0};
-std::mutex g_print;
-
-void failed(const char* file, int line, const std::string& what) {
-  ++g_failures;
-  std::lock_guard<std::mutex> lock(g_print);
-  std::printf("%s:%d: %s\n", file, line, what.c_str());
-}
-
-template <typename T>
-std::string show(const T& v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
-#define CHECK(cond)                                    \
-  do {                                                 \
-    ++g_checks;                                        \
-    if (!(cond)) failed(__FILE__, __LINE__, "CHECK(" #cond ")"); \
-  } while (0)
-
-#define CHECK_EQ(a, b)                                                                              \
-  do {                                                                                              \
-    ++g_checks;                                                                                     \
-    const auto& va_ = (a);                                                                          \
-    const auto& vb_ = (b);                                                                          \
-    if (!(va_ == vb_)) failed(__FILE__, __LINE__, #a " == " #b ": " + show(va_) + " != " + show(vb_)); \
-  } while (0)
 
 // CHECK_THROWS runs stmt and requires a distautograd::Error with that status
 // and exactly that what().
@@ -146,15 +116,6 @@ std::string show(const std::set<int>& s) {
   std::string out = "{";
   for (int v : s) out += (out.size() > 1 ? "," : "") + std::to_string(v);
   return out + "}";
-}
-
-int finish() {
-  if (g_failures.load() == 0) {
-    std::printf("PASS %d checks\n", g_checks.load());
-    return 0;
-  }
-  std::printf("FAIL %d of %d checks\n", g_failures.load(), g_checks.load());
-  return 1;
 }
 
 // ---- before_init ----

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "distautograd.hpp"
+#include "check.hpp"
 
 using distautograd::CleanupOptions;
 using distautograd::CleanupStats;
@@ -39,42 +40,11 @@ using distautograd::worker_id_t;
 
 namespace {
 
-std::atomic<int> g_checks{0};
-std::atomic<int> g_failures{0};
-std::mutex g_print;
-
-void failed(const char* file, int line, const std::string& what) {
-  ++g_failures;
-  std::lock_guard<std::mutex> lock(g_print);
-  std::printf("%s:%d: %s\n", file, line, what.c_str());
-}
-
-template <typename T>
-std::string show(const T& v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
 std::string show(const std::vector<std::pair<int, int64_t>>& v) {
   std::string out = "[";
   for (const auto& p : v) out += "(" + std::to_string(p.first) + "," + std::to_string(p.second) + ")";
   return out + "]";
 }
-
-#define CHECK(cond)                                                 \
-  do {                                                              \
-    ++g_checks;                                                     \
-    if (!(cond)) failed(__FILE__, __LINE__, "CHECK(" #cond ")");    \
-  } while (0)
-
-#define CHECK_EQ(a, b)                                                                                \
-  do {                                                                                                \
-    ++g_checks;                                                                                       \
-    const auto& va_ = (a);                                                                            \
-    const auto& vb_ = (b);                                                                            \
-    if (!(va_ == vb_)) failed(__FILE__, __LINE__, #a " == " #b ": " + show(va_) + " != " + show(vb_)); \
-  } while (0)
 
 // CHECK_THROWS_STATUS runs stmt and requires a distautograd::Error with that status.
 #define CHECK_THROWS_STATUS(stmt, wantStatus)                                                   \
@@ -88,15 +58,6 @@ std::string show(const std::vector<std::pair<int, int64_t>>& v) {
         failed(__FILE__, __LINE__, #stmt ": threw " + std::string(e_.statusName()) + " " + e_.what()); \
     }                                                                                           \
   } while (0)
-
-int finish() {
-  if (g_failures.load() == 0) {
-    std::printf("PASS %d checks\n", g_checks.load());
-    return 0;
-  }
-  std::printf("FAIL %d of %d checks\n", g_failures.load(), g_checks.load());
-  return 1;
-}
 
 const std::chrono::seconds kFlush{10};
 
