@@ -266,6 +266,18 @@ def _init(worker_id: int, /) -> None:
         raise _error(rc)
 
 
+def _wrap_current(handle: int) -> DistAutogradContext:
+    """Wraps handle, a reference to this thread's current context, with the
+    thread's current id: only this thread sets it, so reading it is cheaper
+    than asking the context. On failure it drops the reference and raises."""
+    cid = _c_int64()
+    rc = _dac_current_context_id(cid)
+    if rc:
+        _dac_context_unref(handle)
+        raise _error(rc)
+    return _wrap(handle, cid.value)
+
+
 def _new_context() -> DistAutogradContext:
     """Creates a context with the next context id and makes it this thread's
     current context; "Already have an autograd context id for this thread."
@@ -274,15 +286,8 @@ def _new_context() -> DistAutogradContext:
     rc = _dac_context_new(out)
     if rc:
         raise _error(rc)
-    handle = out.value
-    # The new context is now this thread's current one, and only this thread
-    # sets its current id: reading it is cheaper than asking the context.
-    cid = _c_int64()
-    rc = _dac_current_context_id(cid)
-    if rc:
-        _dac_context_unref(handle)
-        raise _error(rc)
-    return _wrap(handle, cid.value)
+    # The new context is now this thread's current one.
+    return _wrap_current(out.value)
 
 
 def _current_context() -> DistAutogradContext:
@@ -298,13 +303,7 @@ def _current_context() -> DistAutogradContext:
     rc = _dac_context_current(out)
     if rc:
         raise _error(rc)
-    handle = out.value
-    cid = _c_int64()
-    rc = _dac_current_context_id(cid)
-    if rc:
-        _dac_context_unref(handle)
-        raise _error(rc)
-    return _wrap(handle, cid.value)
+    return _wrap_current(out.value)
 
 
 def _retrieve_context(context_id: int, /) -> DistAutogradContext:
