@@ -6,15 +6,23 @@ import (
 	"testing"
 )
 
+// testingEnv requires the testing build (build/testing) and returns the
+// environment that runs a program against it: LD_LIBRARY_PATH, which the
+// program's RUNPATH lets win.
+func testingEnv(t *testing.T) []string {
+	t.Helper()
+	testingLib := requireLibrary(t, "build/testing/libdistautograd.so", "testing-lib ")
+	return []string{"LD_LIBRARY_PATH=" + filepath.Dir(testingLib)}
+}
+
 // Id counters that reach max_id fail with DAC_ERR_EXHAUSTED, on every thread,
 // and change nothing (the native component aborts on an assertion). The
 // counters start two ids before max_id, through the testing build's
 // dac_testing_set_counter_offsets; the program runs against that build by
 // LD_LIBRARY_PATH, which its RUNPATH lets win.
 func TestExhaustion(t *testing.T) {
-	testingLib := requireLibrary(t, "build/testing/libdistautograd.so", "testing-lib ")
+	env := testingEnv(t)
 	bin := buildC(t, "c/exhaust.c", "-ldl")
-	env := []string{"LD_LIBRARY_PATH=" + filepath.Dir(testingLib)}
 	for _, w := range []int64{3, 32768, 65535} {
 		t.Run(fmt.Sprint(w), func(t *testing.T) {
 			maxID := w<<48 | (1<<48 - 1)
@@ -58,9 +66,9 @@ func TestExhaustion(t *testing.T) {
 
 // The release library has no testing hooks; the testing build has them.
 func TestTestingHooksOnlyInTestingBuild(t *testing.T) {
-	testingLib := requireLibrary(t, "build/testing/libdistautograd.so", "testing-lib ")
+	env := testingEnv(t)
 	bin := buildC(t, "c/exhaust.c", "-ldl")
 	assertTranscript(t, "dac_testing_set_counter_offsets: absent", run(t, bin, "probe"))
-	r := runEnv(t, []string{"LD_LIBRARY_PATH=" + filepath.Dir(testingLib)}, bin, "probe")
+	r := runEnv(t, env, bin, "probe")
 	assertTranscript(t, "dac_testing_set_counter_offsets: present", r.Stdout)
 }

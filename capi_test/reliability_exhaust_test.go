@@ -2,7 +2,6 @@ package capi_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 )
 
@@ -15,9 +14,8 @@ import (
 // max_id; every thread, and a thread started afterwards, gets
 // DAC_ERR_EXHAUSTED with the same message; everything else still works.
 func TestExhaustionFromThreads(t *testing.T) {
-	testingLib := requireLibrary(t, "build/testing/libdistautograd.so", "testing-lib ")
+	env := testingEnv(t)
 	bin := buildC(t, "c/exhaust_limits.c", "-ldl")
-	env := []string{"LD_LIBRARY_PATH=" + filepath.Dir(testingLib)}
 	for _, tc := range []struct {
 		kind          string
 		worker        int64
