@@ -77,3 +77,25 @@ def run_json(test: Any, code: str, **kwargs: Any) -> Any:
     p = run_python(code, **kwargs)
     test.assertEqual(p.returncode, 0, "child failed:\n" + p.stdout + p.stderr)
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+#: The Python that has torch, the oracle: $DISTAUTOGRAD_TORCH_PYTHON, else
+#: Debian's /usr/bin/python3 (python3-torch), else this one.
+TORCH_PYTHON = os.environ.get("DISTAUTOGRAD_TORCH_PYTHON") or (
+    "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+)
+
+
+def torch_problem(module: str) -> Optional[str]:
+    """Returns why torch's ``module`` (e.g. "torch.distributed.rpc") cannot
+    serve as the oracle with TORCH_PYTHON, or None if it can."""
+    try:
+        p = subprocess.run(
+            [TORCH_PYTHON, "-c", "import %s as m; assert m.is_available()" % module],
+            capture_output=True, text=True, timeout=120, env=child_env(),
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "cannot run %s: %s" % (TORCH_PYTHON, e)
+    if p.returncode != 0:
+        return "%s is not usable with %s:\n%s" % (module, TORCH_PYTHON, p.stderr[-2000:])
+    return None

@@ -17,25 +17,9 @@ from typing import Any, Dict, Optional
 
 from . import _scenarios, _support
 
-TORCH_PYTHON = os.environ.get("DISTAUTOGRAD_TORCH_PYTHON") or (
-    "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-)
+TORCH_PYTHON = _support.TORCH_PYTHON
 SCRIPT = os.path.join(_support.TESTS, "_scenarios.py")
 NAMES = list(_scenarios.SCENARIOS)
-
-
-def _torch_problem() -> Optional[str]:
-    """Returns why torch cannot serve as the oracle, or None if it can."""
-    try:
-        p = subprocess.run(
-            [TORCH_PYTHON, "-c", "import torch.distributed.autograd as d; assert d.is_available()"],
-            capture_output=True, text=True, timeout=120, env=_support.child_env(),
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return "cannot run %s: %s" % (TORCH_PYTHON, e)
-    if p.returncode != 0:
-        return "torch.distributed.autograd is not importable with %s:\n%s" % (TORCH_PYTHON, p.stderr[-2000:])
-    return None
 
 
 class Differential(unittest.TestCase):
@@ -47,7 +31,7 @@ class Differential(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        cls.problem = _torch_problem()
+        cls.problem = _support.torch_problem("torch.distributed.autograd")
         if cls.problem:
             if not _support.in_ci():
                 sys.stderr.write("\n" + "!" * 72 + "\n!! SKIPPING the differential suite (%d scenarios): no torch oracle.\n!! %s\n"

@@ -37,28 +37,12 @@ from typing import Any, Dict, List, Optional
 
 from . import _support
 
-TORCH_PYTHON = os.environ.get("DISTAUTOGRAD_TORCH_PYTHON") or (
-    "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-)
+TORCH_PYTHON = _support.TORCH_PYTHON
 WORLD = 4
 DEAD = WORLD - 1
 #: The whole run's deadline, in seconds: past it every process is killed.
 DEADLINE = 120.0
 WORKER_MAIN = "import sys; from tests import _rpc_worker; _rpc_worker.main(sys.argv[1:])"
-
-
-def _torch_rpc_problem() -> Optional[str]:
-    """Returns why torch.distributed.rpc cannot run, or None if it can."""
-    try:
-        p = subprocess.run(
-            [TORCH_PYTHON, "-c", "import torch.distributed.rpc as r; assert r.is_available()"],
-            capture_output=True, text=True, timeout=120, env=_support.child_env(),
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return "cannot run %s: %s" % (TORCH_PYTHON, e)
-    if p.returncode != 0:
-        return "torch.distributed.rpc is not usable with %s:\n%s" % (TORCH_PYTHON, p.stderr[-2000:])
-    return None
 
 
 def _free_port() -> int:
@@ -71,7 +55,7 @@ class RpcMultiprocess(unittest.TestCase):
     procs: List[subprocess.Popen]
 
     def setUp(self) -> None:
-        problem = _torch_rpc_problem()
+        problem = _support.torch_problem("torch.distributed.rpc")
         if problem:
             _support.loud_skip(self, "the multi-process fan-out test needs torch.distributed.rpc: " + problem)
         self.procs = []
