@@ -41,40 +41,6 @@ using distautograd::Error;
 
 namespace {
 
-// CHECK_THROWS runs stmt and requires a distautograd::Error with that status
-// and exactly that what().
-#define CHECK_THROWS(stmt, wantStatus, wantMsg)                                                        \
-  do {                                                                                                 \
-    ++g_checks;                                                                                        \
-    try {                                                                                              \
-      stmt;                                                                                            \
-      failed(__FILE__, __LINE__, #stmt ": did not throw");                                            \
-    } catch (const Error& e_) {                                                                        \
-      if (e_.status() != (wantStatus) || std::string(e_.what()) != std::string(wantMsg))              \
-        failed(__FILE__, __LINE__,                                                                     \
-               #stmt ": threw " + std::string(e_.statusName()) + " \"" + e_.what() + "\", want " +     \
-                   dac_status_string(wantStatus) + " \"" + (wantMsg) + "\"");                          \
-    } catch (const std::exception& e_) {                                                               \
-      failed(__FILE__, __LINE__, #stmt ": threw a foreign exception: " + std::string(e_.what()));     \
-    }                                                                                                  \
-  } while (0)
-
-// CHECK_THROWS_PREFIX is CHECK_THROWS for distautograd's own messages, which
-// carry details after a stable prefix.
-#define CHECK_THROWS_PREFIX(stmt, wantStatus, wantPrefix)                                          \
-  do {                                                                                             \
-    ++g_checks;                                                                                    \
-    try {                                                                                          \
-      stmt;                                                                                        \
-      failed(__FILE__, __LINE__, #stmt ": did not throw");                                        \
-    } catch (const Error& e_) {                                                                    \
-      if (e_.status() != (wantStatus) || std::string(e_.what()).rfind(wantPrefix, 0) != 0)         \
-        failed(__FILE__, __LINE__, #stmt ": threw " + std::string(e_.statusName()) + " \"" + e_.what() + "\""); \
-    } catch (const std::exception& e_) {                                                           \
-      failed(__FILE__, __LINE__, #stmt ": threw a foreign exception: " + std::string(e_.what())); \
-    }                                                                                              \
-  } while (0)
-
 #define CHECK_NOTHROW(stmt)                                                               \
   do {                                                                                    \
     ++g_checks;                                                                           \

@@ -58,4 +58,40 @@ int finish() {
     if (!(va_ == vb_)) failed(__FILE__, __LINE__, #a " == " #b ": " + show(va_) + " != " + show(vb_)); \
   } while (0)
 
+// The throw checks run stmt and require a distautograd::Error with
+// wantStatus whose what() matches: CHECK_THROWS exactly wantMsg (the native
+// messages), CHECK_THROWS_PREFIX starting with wantPrefix (distautograd's own,
+// with details after a stable prefix), CHECK_THROWS_STATUS anything.
+enum class WhatMatch { kExact, kPrefix, kAny };
+
+inline bool whatMatches(WhatMatch how, const std::string& what, const std::string& want) {
+  switch (how) {
+    case WhatMatch::kExact: return what == want;
+    case WhatMatch::kPrefix: return what.rfind(want, 0) == 0;
+    case WhatMatch::kAny: return true;
+  }
+  return false;
+}
+
+#define CHECK_THROWS_MATCHING(stmt, wantStatus, how, want)                                             \
+  do {                                                                                                 \
+    ++g_checks;                                                                                        \
+    try {                                                                                              \
+      stmt;                                                                                            \
+      failed(__FILE__, __LINE__, #stmt ": did not throw");                                            \
+    } catch (const distautograd::Error& e_) {                                                         \
+      if (e_.status() != (wantStatus) || !whatMatches((how), e_.what(), (want)))                      \
+        failed(__FILE__, __LINE__,                                                                     \
+               #stmt ": threw " + std::string(e_.statusName()) + " \"" + e_.what() + "\", want " +     \
+                   dac_status_string(wantStatus) + " \"" + std::string(want) + "\"");                  \
+    } catch (const std::exception& e_) {                                                               \
+      failed(__FILE__, __LINE__, #stmt ": threw a foreign exception: " + std::string(e_.what()));     \
+    }                                                                                                  \
+  } while (0)
+
+#define CHECK_THROWS(stmt, wantStatus, wantMsg) CHECK_THROWS_MATCHING(stmt, wantStatus, WhatMatch::kExact, wantMsg)
+#define CHECK_THROWS_PREFIX(stmt, wantStatus, wantPrefix) \
+  CHECK_THROWS_MATCHING(stmt, wantStatus, WhatMatch::kPrefix, wantPrefix)
+#define CHECK_THROWS_STATUS(stmt, wantStatus) CHECK_THROWS_MATCHING(stmt, wantStatus, WhatMatch::kAny, "")
+
 #endif

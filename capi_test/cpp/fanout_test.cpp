@@ -46,18 +46,6 @@ std::string show(const std::vector<std::pair<int, int64_t>>& v) {
   return out + "]";
 }
 
-// CHECK_THROWS_STATUS runs stmt and requires a distautograd::Error with that status.
-#define CHECK_THROWS_STATUS(stmt, wantStatus)                                                   \
-  do {                                                                                          \
-    ++g_checks;                                                                                 \
-    try {                                                                                       \
-      stmt;                                                                                     \
-      failed(__FILE__, __LINE__, #stmt ": did not throw");                                     \
-    } catch (const Error& e_) {                                                                 \
-      if (e_.status() != (wantStatus))                                                          \
-        failed(__FILE__, __LINE__, #stmt ": threw " + std::string(e_.statusName()) + " " + e_.what()); \
-    }                                                                                           \
-  } while (0)
 
 const std::chrono::seconds kFlush{10};
 
