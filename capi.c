@@ -5,6 +5,7 @@
 ** write the current id never enter Go at all. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -21,11 +22,15 @@
 static DAC_TLS int64_t tls_current = DAC_INVALID_ID;
 /* Declared in capi_internal.h: nonzero while this thread runs the cleanup sender. */
 __thread int dacc_tls_in_sender;
-/* The calling thread's last error. */
-static DAC_TLS dac_error_slot tls_error;
+/* The calling thread's last error, allocated on its first use (see
+** capi_internal.h: static TLS must stay small); freed at thread exit by
+** error_key's destructor. */
+static DAC_TLS dac_error_slot *tls_error;
+static pthread_key_t error_key;
+/* For a thread whose slot cannot be allocated: its status and message are
+** then this one, shared, and say so. */
+static dac_error_slot no_memory_slot = {DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"};
 
-/* Set once dac_init succeeded; read by the functions that never enter Go. */
-static int c_initialized;
 /* Set in a child process after fork(): the Go runtime did not come along. */
 static volatile int c_forked;
 
@@ -34,34 +39,93 @@ static volatile int c_forked;
 ** a Python host that can be CPython's own lock on its thread states, which
 ** a ctypes callback takes (without the GIL) to make the calling thread's
 ** state, and which CPython before 3.13 re-initializes in the child only
-** after using it: the child hangs in os.fork() (seen: 2 forks in 300 with
-** a busy Python sender). So fork() holds new calls into the host back and
-** gives those in progress a moment, 20 ms at most (one waiting for the GIL
-** that the forking thread holds cannot finish, and is past that danger). */
-/* Declared in capi_internal.h, whose dacc_callback_enter/leave count calls. */
+** after using it: the child hangs in os.fork(). So fork() closes a gate on
+** new calls into the host and waits for those in progress, up to
+** DAC_FORK_WAIT_MS. A call that cannot finish because the forking thread
+** holds what it needs (the GIL, when CPython forks) would make that the
+** whole wait: the Python package therefore calls dac_fork_prepare from an
+** os.register_at_fork hook, where ctypes releases the GIL, and the wait
+** here then finds nothing in flight. */
 int dacc_cb_in_flight;
 int dacc_cb_fork_gate;
 __thread int dacc_tls_in_callback;
 
-static void on_fork_prepare(void) {
-	__atomic_store_n(&dacc_cb_fork_gate, 1, __ATOMIC_SEQ_CST);
-	for (int i = 0; i < 200 && __atomic_load_n(&dacc_cb_in_flight, __ATOMIC_SEQ_CST) > dacc_tls_in_callback; i++) {
+#define DAC_FORK_WAIT_MS 2000
+/* Holders of the gate through dac_fork_prepare: the host waited already,
+** with its own bound, and the atfork handler does not wait again. */
+static int host_prepared;
+
+/* Closes the gate and waits up to timeout_ms for the calls in progress on
+** other threads; returns whether none is left. */
+static int fork_gate_close(int64_t timeout_ms) {
+	__atomic_add_fetch(&dacc_cb_fork_gate, 1, __ATOMIC_SEQ_CST);
+	int own = dacc_tls_in_callback > 0;
+	struct timespec start, now;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	while (__atomic_load_n(&dacc_cb_in_flight, __ATOMIC_SEQ_CST) > own) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		int64_t ms = (int64_t)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+		if (ms >= timeout_ms)
+			return 0;
 		struct timespec ts = {0, 100 * 1000};
 		nanosleep(&ts, NULL);
 	}
+	return 1;
 }
 
-static void on_fork_parent(void) { __atomic_store_n(&dacc_cb_fork_gate, 0, __ATOMIC_SEQ_CST); }
+static void fork_gate_open(void) {
+	int v = __atomic_load_n(&dacc_cb_fork_gate, __ATOMIC_SEQ_CST);
+	while (v > 0 && !__atomic_compare_exchange_n(&dacc_cb_fork_gate, &v, v - 1, 0, __ATOMIC_SEQ_CST,
+	                                             __ATOMIC_SEQ_CST))
+		;
+}
+
+static void on_fork_prepare(void) {
+	if (__atomic_load_n(&host_prepared, __ATOMIC_SEQ_CST) > 0)
+		__atomic_add_fetch(&dacc_cb_fork_gate, 1, __ATOMIC_SEQ_CST);
+	else
+		fork_gate_close(DAC_FORK_WAIT_MS);
+}
+
+static void on_fork_parent(void) { fork_gate_open(); }
 
 static void on_fork_child(void) { c_forked = 1; }
 
+static void free_error_slot(void *p) {
+	tls_error = NULL; /* a later destructor's call allocates it anew */
+	if (p != &no_memory_slot)
+		free(p);
+}
+
 __attribute__((constructor)) static void dac_c_setup(void) {
+	pthread_key_create(&error_key, free_error_slot);
 	pthread_atfork(on_fork_prepare, on_fork_parent, on_fork_child);
 }
 
+/* The calling thread's error slot, allocated on first use. */
+static __attribute__((noinline)) dac_error_slot *new_error_slot(void) {
+	dac_error_slot *e = calloc(1, sizeof *e);
+	if (e == NULL || pthread_setspecific(error_key, e) != 0) {
+		free(e);
+		e = &no_memory_slot;
+	}
+	tls_error = e;
+	return e;
+}
+
+static inline __attribute__((always_inline)) dac_error_slot *err(void) {
+	dac_error_slot *e = tls_error;
+	if (__builtin_expect(e == NULL, 0))
+		return new_error_slot();
+	return e;
+}
+
 static int fail(int code, const char *fn, const char *what) {
-	tls_error.code = code;
-	snprintf(tls_error.msg, sizeof tls_error.msg, "distautograd: %s: %s", fn, what);
+	dac_error_slot *e = err();
+	if (e == &no_memory_slot)
+		return code;
+	e->code = code;
+	snprintf(e->msg, sizeof e->msg, "distautograd: %s: %s", fn, what);
 	return code;
 }
 
@@ -85,11 +149,23 @@ static int forked(const char *fn) {
 			            #p " must not be NULL");              \
 	} while (0)
 
-/* For the functions that never enter Go: the native "Need to initialize". */
-static int check_initialized(void) {
+/* For the functions that never enter Go: C's cache of Go's answer to "has
+** dac_init succeeded?". Go is the one source of truth (it may say yes
+** before the dac_init that made it so has returned to C); once it has said
+** yes, that never changes, so the cache need not ask again. */
+static int c_initialized;
+
+static __attribute__((noinline)) int check_initialized_slow(void) {
+	int rc = dacgo_check_initialized(err());
+	if (rc == DAC_OK)
+		__atomic_store_n(&c_initialized, 1, __ATOMIC_RELEASE);
+	return rc;
+}
+
+static inline int check_initialized(void) {
 	if (__builtin_expect(__atomic_load_n(&c_initialized, __ATOMIC_ACQUIRE), 1))
 		return DAC_OK;
-	return dacgo_fill_error(DAC_ERR_NOT_INITIALIZED, &tls_error);
+	return check_initialized_slow();
 }
 
 #define GUARD_INIT()                          \
@@ -120,15 +196,15 @@ const char *dac_status_string(int status) {
 	return names[status];
 }
 
-const char *dac_last_error(void) { return tls_error.msg; }
+const char *dac_last_error(void) { return tls_error ? tls_error->msg : ""; }
 
-int dac_last_status(void) { return tls_error.code; }
+int dac_last_status(void) { return tls_error ? tls_error->code : DAC_OK; }
 
 /* ---- Container ---- */
 
 int dac_init(int64_t worker_id) {
 	GUARD_FORK();
-	int rc = dacgo_init(worker_id, &tls_error);
+	int rc = dacgo_init(worker_id, err());
 	if (rc == DAC_OK)
 		__atomic_store_n(&c_initialized, 1, __ATOMIC_RELEASE);
 	return rc;
@@ -137,19 +213,19 @@ int dac_init(int64_t worker_id) {
 int dac_worker_id(int32_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	return dacgo_worker_id(out, &tls_error);
+	return dacgo_worker_id(out, err());
 }
 
 int dac_max_id(int64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	return dacgo_max_id(out, &tls_error);
+	return dacgo_max_id(out, err());
 }
 
 int dac_num_contexts(int64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	return dacgo_num_contexts(out, &tls_error);
+	return dacgo_num_contexts(out, err());
 }
 
 /* Message ids come to each thread in blocks of DAC_MESSAGE_ID_BLOCK that Go
@@ -166,7 +242,7 @@ static DAC_TLS struct {
 /* The slow path, out of line so that the fast one saves no registers. */
 static __attribute__((noinline)) int new_message_id_block(int64_t *out) {
 	int64_t first = 0, count = 0;
-	int rc = dacgo_new_autograd_message_id_block(DAC_MESSAGE_ID_BLOCK, &first, &count, &tls_error);
+	int rc = dacgo_new_autograd_message_id_block(DAC_MESSAGE_ID_BLOCK, &first, &count, err());
 	if (rc != DAC_OK)
 		return rc;
 	*out = first;
@@ -190,12 +266,12 @@ int dac_debug_info(char *buf, size_t capacity, size_t *length) {
 	CHECK_OUT(length);
 	if (buf == NULL && capacity != 0)
 		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "buf must not be NULL when capacity is not 0");
-	return dacgo_debug_info(buf, capacity, length, &tls_error);
+	return dacgo_debug_info(buf, capacity, length, err());
 }
 
 int dac_set_max_contexts(int64_t max_contexts) {
 	GUARD_FORK();
-	return dacgo_set_max_contexts(max_contexts, &tls_error);
+	return dacgo_set_max_contexts(max_contexts, err());
 }
 
 /* ---- Contexts ---- */
@@ -204,7 +280,7 @@ int dac_context_new(dac_context **out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
 	uint64_t h = 0;
-	int rc = dacgo_context_new(&tls_current, &h, &tls_error);
+	int rc = dacgo_context_new(&tls_current, &h, err());
 	if (rc == DAC_OK)
 		*out = to_ptr(h);
 	return rc;
@@ -214,7 +290,7 @@ int dac_context_current(dac_context **out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
 	uint64_t h = 0;
-	int rc = dacgo_context_current(tls_current, &h, &tls_error);
+	int rc = dacgo_context_current(tls_current, &h, err());
 	if (rc == DAC_OK)
 		*out = to_ptr(h);
 	return rc;
@@ -224,7 +300,7 @@ int dac_context_retrieve(int64_t context_id, dac_context **out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
 	uint64_t h = 0;
-	int rc = dacgo_context_retrieve(context_id, 0, &h, &tls_error);
+	int rc = dacgo_context_retrieve(context_id, 0, &h, err());
 	if (rc == DAC_OK)
 		*out = to_ptr(h);
 	return rc;
@@ -234,7 +310,7 @@ int dac_context_retrieve_if_present(int64_t context_id, dac_context **out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
 	uint64_t h = 0;
-	int rc = dacgo_context_retrieve(context_id, 1, &h, &tls_error);
+	int rc = dacgo_context_retrieve(context_id, 1, &h, err());
 	if (rc == DAC_OK)
 		*out = to_ptr(h);
 	return rc;
@@ -244,7 +320,7 @@ int dac_context_get_or_create(int64_t context_id, dac_context **out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
 	uint64_t h = 0;
-	int rc = dacgo_context_get_or_create(context_id, &h, &tls_error);
+	int rc = dacgo_context_get_or_create(context_id, &h, err());
 	if (rc == DAC_OK)
 		*out = to_ptr(h);
 	return rc;
@@ -252,27 +328,27 @@ int dac_context_get_or_create(int64_t context_id, dac_context **out) {
 
 int dac_context_is_valid(int64_t context_id) {
 	GUARD_FORK();
-	return dacgo_context_is_valid(context_id, &tls_error);
+	return dacgo_context_is_valid(context_id, err());
 }
 
 int dac_context_release(int64_t context_id) {
 	GUARD_FORK();
-	return dacgo_context_release(&tls_current, context_id, 0, NULL, &tls_error);
+	return dacgo_context_release(&tls_current, context_id, 0, NULL, err());
 }
 
 int dac_context_release_if_present(int64_t context_id, int *released) {
 	GUARD_FORK();
-	return dacgo_context_release(&tls_current, context_id, 1, released, &tls_error);
+	return dacgo_context_release(&tls_current, context_id, 1, released, err());
 }
 
 int dac_release_contexts_of_worker(int32_t worker_id, int64_t *released) {
 	GUARD_FORK();
-	return dacgo_release_contexts_of_worker(worker_id, released, &tls_error);
+	return dacgo_release_contexts_of_worker(worker_id, released, err());
 }
 
 int dac_reap_idle_contexts(int64_t max_idle_ms, int64_t *released) {
 	GUARD_FORK();
-	return dacgo_reap_idle_contexts(max_idle_ms, released, &tls_error);
+	return dacgo_reap_idle_contexts(max_idle_ms, released, err());
 }
 
 /* ---- The calling thread's current context id: no Go call on success ---- */
@@ -297,7 +373,7 @@ int dac_set_current_context_id(int64_t context_id) {
 	GUARD_FORK();
 	GUARD_INIT();
 	if (tls_current != DAC_INVALID_ID)
-		return dacgo_fill_error(DAC_ERR_ALREADY_HAS_CONTEXT, &tls_error);
+		return dacgo_fill_error(DAC_ERR_ALREADY_HAS_CONTEXT, err());
 	tls_current = context_id;
 	return DAC_OK;
 }
@@ -403,30 +479,28 @@ static int handle_update(dac_context *ctx, int delta) {
 	return 1;
 }
 
-/* No handle can exist before dac_init, but the header promises
-** DAC_ERR_NOT_INITIALIZED for these too: it tells the caller more than
-** DAC_ERR_BAD_HANDLE would. */
+/* A live handle needs no check that dac_init succeeded (it could not
+** exist otherwise, and a thread racing dac_init may hold one before C's
+** cache knows); everything else goes to Go, which says
+** DAC_ERR_NOT_INITIALIZED before dac_init, else why the handle is bad. */
 
 int dac_context_ref(dac_context *ctx) {
 	GUARD_FORK();
-	GUARD_INIT();
 	if (__builtin_expect(handle_update(ctx, 1), 1))
 		return DAC_OK;
-	return dacgo_context_ref(to_handle(ctx), 1, &tls_error);
+	return dacgo_context_ref(to_handle(ctx), 1, err());
 }
 
 int dac_context_unref(dac_context *ctx) {
 	GUARD_FORK();
-	GUARD_INIT();
 	if (__builtin_expect(handle_update(ctx, -1), 1))
 		return DAC_OK;
-	return dacgo_context_ref(to_handle(ctx), -1, &tls_error);
+	return dacgo_context_ref(to_handle(ctx), -1, err());
 }
 
 int dac_context_id(dac_context *ctx, int64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	GUARD_INIT();
 	dac_handle_shard *shard;
 	uint32_t index, gen;
 	dac_handle_slot *sl = handle_slot(to_handle(ctx), &shard, &index, &gen);
@@ -439,13 +513,12 @@ int dac_context_id(dac_context *ctx, int64_t *out) {
 			return DAC_OK;
 		}
 	}
-	return dacgo_context_id(to_handle(ctx), out, &tls_error);
+	return dacgo_context_id(to_handle(ctx), out, err());
 }
 
 int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {
 	GUARD_FORK();
-	GUARD_INIT();
-	return dacgo_context_add_known_worker_id(to_handle(ctx), worker_id, &tls_error);
+	return dacgo_context_add_known_worker_id(to_handle(ctx), worker_id, err());
 }
 
 int dac_context_known_worker_ids(dac_context *ctx, int32_t *ids, size_t capacity, size_t *count) {
@@ -453,34 +526,29 @@ int dac_context_known_worker_ids(dac_context *ctx, int32_t *ids, size_t capacity
 	CHECK_OUT(count);
 	if (ids == NULL && capacity != 0)
 		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "ids must not be NULL when capacity is not 0");
-	GUARD_INIT();
-	return dacgo_context_known_worker_ids(to_handle(ctx), ids, capacity, count, &tls_error);
+	return dacgo_context_known_worker_ids(to_handle(ctx), ids, capacity, count, err());
 }
 
 int dac_context_add_send_function(dac_context *ctx, int64_t message_id, uint64_t fn) {
 	GUARD_FORK();
-	GUARD_INIT();
-	return dacgo_context_add_function(to_handle(ctx), 0, message_id, fn, &tls_error);
+	return dacgo_context_add_function(to_handle(ctx), 0, message_id, fn, err());
 }
 
 int dac_context_add_recv_function(dac_context *ctx, int64_t message_id, uint64_t fn) {
 	GUARD_FORK();
-	GUARD_INIT();
-	return dacgo_context_add_function(to_handle(ctx), 1, message_id, fn, &tls_error);
+	return dacgo_context_add_function(to_handle(ctx), 1, message_id, fn, err());
 }
 
 int dac_context_send_function(dac_context *ctx, int64_t message_id, uint64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	GUARD_INIT();
-	return dacgo_context_function(to_handle(ctx), 0, message_id, out, &tls_error);
+	return dacgo_context_function(to_handle(ctx), 0, message_id, out, err());
 }
 
 int dac_context_recv_function(dac_context *ctx, int64_t message_id, uint64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	GUARD_INIT();
-	return dacgo_context_function(to_handle(ctx), 1, message_id, out, &tls_error);
+	return dacgo_context_function(to_handle(ctx), 1, message_id, out, err());
 }
 
 static int list_functions(const char *fn, dac_context *ctx, int kind, int64_t *message_ids, uint64_t *fns,
@@ -489,8 +557,7 @@ static int list_functions(const char *fn, dac_context *ctx, int kind, int64_t *m
 		return fail(DAC_ERR_INVALID_ARGUMENT, fn, "count must not be NULL");
 	if ((message_ids == NULL || fns == NULL) && capacity != 0)
 		return fail(DAC_ERR_INVALID_ARGUMENT, fn, "message_ids and fns must not be NULL when capacity is not 0");
-	GUARD_INIT();
-	return dacgo_context_functions(to_handle(ctx), kind, message_ids, fns, capacity, count, &tls_error);
+	return dacgo_context_functions(to_handle(ctx), kind, message_ids, fns, capacity, count, err());
 }
 
 int dac_context_send_functions(dac_context *ctx, int64_t *message_ids, uint64_t *fns, size_t capacity,
@@ -509,26 +576,57 @@ int dac_context_recv_functions(dac_context *ctx, int64_t *message_ids, uint64_t 
 
 int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data) {
 	GUARD_FORK();
-	return dacgo_set_cleanup_sender((void *)sender, user_data, !dacc_tls_in_sender, &tls_error);
+	/* From inside a sender it would wait for itself: it does not wait. */
+	return dacgo_set_cleanup_sender((void *)sender, user_data, dacc_tls_in_sender ? 0 : -1, err());
+}
+
+int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, int64_t timeout_ms) {
+	GUARD_FORK();
+	if (timeout_ms < 0)
+		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
+	return dacgo_set_cleanup_sender((void *)sender, user_data, dacc_tls_in_sender ? 0 : timeout_ms, err());
 }
 
 int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                             int64_t max_pending) {
 	GUARD_FORK();
-	return dacgo_set_cleanup_options(max_attempts, initial_backoff_us, max_backoff_us, max_pending, &tls_error);
+	return dacgo_set_cleanup_options(max_attempts, initial_backoff_us, max_backoff_us, max_pending, err());
 }
 
 int dac_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t *dropped, int64_t *pending) {
 	GUARD_FORK();
-	return dacgo_cleanup_stats(sent, retried, failed, dropped, pending, &tls_error);
+	return dacgo_cleanup_stats(sent, retried, failed, dropped, pending, err());
 }
 
 int dac_cleanup_flush(int64_t timeout_ms, int64_t *pending) {
 	GUARD_FORK();
-	return dacgo_cleanup_flush(timeout_ms, pending, &tls_error);
+	return dacgo_cleanup_flush(timeout_ms, dacc_tls_in_callback > 0, pending, err());
 }
 
 int dac_set_log_hook(dac_log_hook hook, void *user_data) {
 	GUARD_FORK();
-	return dacgo_set_log_hook((void *)hook, user_data, &tls_error);
+	return dacgo_set_log_hook((void *)hook, user_data, err());
+}
+
+/* ---- Fork ---- */
+
+int dac_fork_prepare(int64_t timeout_ms) {
+	GUARD_FORK();
+	if (timeout_ms < 0)
+		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
+	__atomic_add_fetch(&host_prepared, 1, __ATOMIC_SEQ_CST);
+	if (!fork_gate_close(timeout_ms))
+		return fail(DAC_ERR_TIMEOUT, __func__,
+		            "calls into the cleanup sender or log hook were still in progress when the wait ran out");
+	return DAC_OK;
+}
+
+int dac_fork_parent(void) {
+	GUARD_FORK();
+	int v = __atomic_load_n(&host_prepared, __ATOMIC_SEQ_CST);
+	while (v > 0 && !__atomic_compare_exchange_n(&host_prepared, &v, v - 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		;
+	if (v > 0)
+		fork_gate_open();
+	return DAC_OK;
 }

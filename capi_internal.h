@@ -13,7 +13,11 @@
 #include "include/distautograd.h"
 
 /* One thread's last error: a status and a NUL-terminated message. Go writes
-** it through the pointer that every dacgo_* function takes. */
+** it through the pointer that every dacgo_* function takes. capi.c allocates
+** it per thread on the thread's first call into Go (and frees it when the
+** thread exits), so that the library's static TLS stays a few words: a
+** library loaded late with dlopen must fit in glibc's small static-TLS
+** surplus, which other libraries share. */
 #define DAC_ERROR_MSG_CAP 1024
 typedef struct dac_error_slot {
 	int code;
@@ -26,6 +30,7 @@ typedef struct dac_error_slot {
 ** contract test (abi/) checks that this list and cgo's are the same. Each
 ** writes a failure into *e and returns its status. */
 int dacgo_fill_error(int code, dac_error_slot *e);
+int dacgo_check_initialized(dac_error_slot *e);
 int dacgo_init(int64_t worker_id, dac_error_slot *e);
 int dacgo_worker_id(int32_t *out, dac_error_slot *e);
 int dacgo_max_id(int64_t *out, dac_error_slot *e);
@@ -49,13 +54,13 @@ int dacgo_context_add_function(uint64_t h, int kind, int64_t msg_id, uint64_t fn
 int dacgo_context_function(uint64_t h, int kind, int64_t msg_id, uint64_t *out, dac_error_slot *e);
 int dacgo_context_functions(uint64_t h, int kind, int64_t *msg_ids, uint64_t *fns, size_t capacity, size_t *count,
                             dac_error_slot *e);
-int dacgo_set_cleanup_sender(void *fn, void *user_data, int wait, dac_error_slot *e);
+int dacgo_set_cleanup_sender(void *fn, void *user_data, int64_t wait_ms, dac_error_slot *e);
 int dacgo_set_log_hook(void *fn, void *user_data, dac_error_slot *e);
 int dacgo_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                               int64_t max_pending, dac_error_slot *e);
 int dacgo_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t *dropped, int64_t *pending,
                         dac_error_slot *e);
-int dacgo_cleanup_flush(int64_t timeout_ms, int64_t *pending, dac_error_slot *e);
+int dacgo_cleanup_flush(int64_t timeout_ms, int in_callback, int64_t *pending, dac_error_slot *e);
 int dacgo_handle_table(void **out, dac_error_slot *e);
 
 /* The handle slots that Go's container.Handles shares with C, so that
@@ -85,22 +90,23 @@ typedef struct dac_handle_shard {
 	dac_handle_slot *chunks[DAC_HANDLE_CHUNKS];
 } dac_handle_shard;
 
-/* Trampolines: Go cannot call a C function pointer itself; it holds them as
-** void* (the casts are POSIX-sanctioned, as for dlsym). */
-
 /* Set on a thread while it runs the host's cleanup sender (capi.c), so that
 ** dac_set_cleanup_sender called from inside a sender does not wait for itself. */
 extern __thread int dacc_tls_in_sender;
 
 /* Around every call into the host from a library thread, so that fork()
 ** can hold such calls back and wait for those in progress (capi.c, which
-** defines these: calls in progress, set while a fork is prepared, and this
-** thread's own calls, for a fork from inside a sender). */
+** defines these: calls in progress, the number of holders of the gate (a
+** fork being prepared), and this thread's depth of calls into the host: a
+** host callback that calls back into the library and so into the host
+** again is one call, and never waits at the gate it is already past). */
 extern int dacc_cb_in_flight;
 extern int dacc_cb_fork_gate;
 extern __thread int dacc_tls_in_callback;
 
 static inline void dacc_callback_enter(void) {
+	if (dacc_tls_in_callback++ > 0)
+		return;
 	for (;;) {
 		while (__atomic_load_n(&dacc_cb_fork_gate, __ATOMIC_SEQ_CST)) {
 			struct timespec ts = {0, 50 * 1000};
@@ -111,14 +117,16 @@ static inline void dacc_callback_enter(void) {
 			break;
 		__atomic_sub_fetch(&dacc_cb_in_flight, 1, __ATOMIC_SEQ_CST);
 	}
-	dacc_tls_in_callback++;
 }
 
 static inline void dacc_callback_leave(void) {
-	dacc_tls_in_callback--;
+	if (--dacc_tls_in_callback > 0)
+		return;
 	__atomic_sub_fetch(&dacc_cb_in_flight, 1, __ATOMIC_SEQ_CST);
 }
 
+/* Trampolines: Go cannot call a C function pointer itself; it holds them as
+** void* (the casts are POSIX-sanctioned, as for dlsym). */
 static inline int dac_call_cleanup_sender(void *fn, void *user_data, int32_t worker_id, int64_t context_id) {
 	dacc_callback_enter();
 	dacc_tls_in_sender++;

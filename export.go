@@ -49,13 +49,23 @@ func recoverTo(e *C.dac_error_slot, rc *C.int) {
 	}
 }
 
-func nullArg(e *C.dac_error_slot, fn, arg string) C.int {
-	return setError(e, container.ErrInvalidArgument, fmt.Sprintf("distautograd: %s: %s must not be NULL", fn, arg))
-}
-
 //export dacgo_fill_error
 func dacgo_fill_error(code C.int, e *C.dac_error_slot) C.int {
 	return setError(e, container.Code(code), container.MessageOf(container.Code(code)))
+}
+
+// dacgo_check_initialized is the one answer to "has dac_init succeeded?":
+// Go's. capi.c caches a yes, and asks again until it has one, so a thread
+// racing dac_init sees the container as soon as Go has it, whatever C's
+// cache says yet.
+//
+//export dacgo_check_initialized
+func dacgo_check_initialized(e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	if _, err := proc.Get(); err != nil {
+		return fail(e, err)
+	}
+	return 0
 }
 
 //export dacgo_init
@@ -232,13 +242,13 @@ func dacgo_context_retrieve(id C.int64_t, ifPresent C.int, out *C.uint64_t, e *C
 	if err != nil {
 		return fail(e, err)
 	}
-	ctx := c.RetrieveContextIfPresent(int64(id))
-	if ctx == nil {
+	// One lookup decides: a second one could find what the first missed.
+	ctx, err := c.RetrieveContext(int64(id))
+	if err != nil {
 		if ifPresent != 0 {
 			*out = 0
 			return 0
 		}
-		_, err := c.RetrieveContext(int64(id))
 		return fail(e, err)
 	}
 	return newHandle(ctx, out, e)
@@ -332,7 +342,10 @@ func dacgo_reap_idle_contexts(idleMs C.int64_t, released *C.int64_t, e *C.dac_er
 //export dacgo_context_ref
 func dacgo_context_ref(h C.uint64_t, delta C.int, e *C.dac_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
-	var err error
+	_, err := proc.Get() // no handle exists before dac_init
+	if err != nil {
+		return fail(e, err)
+	}
 	if delta > 0 {
 		err = handles.Ref(uint64(h))
 	} else {
@@ -345,8 +358,12 @@ func dacgo_context_ref(h C.uint64_t, delta C.int, e *C.dac_error_slot) (rc C.int
 }
 
 // handleContext returns the context of a live handle; every handle function
-// starts here, so a dead handle is always DAC_ERR_BAD_HANDLE.
+// starts here, so a dead handle is always DAC_ERR_BAD_HANDLE (and any handle
+// before dac_init, when none can exist, DAC_ERR_NOT_INITIALIZED).
 func handleContext(h C.uint64_t) (*container.Context, error) {
+	if _, err := proc.Get(); err != nil {
+		return nil, err
+	}
 	return handles.Get(uint64(h))
 }
 

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -34,25 +33,17 @@ func stderrLog(level container.LogLevel, msg string) {
 	}
 }
 
-// hostSender is the (function, user data) pair last given to
-// dac_set_cleanup_sender.
-var hostSender struct {
-	mu           sync.Mutex
-	fn, userData unsafe.Pointer
-}
+// senderKey identifies a host sender: the (function, user data) pair given
+// to dac_set_cleanup_sender. Re-setting the pair in force is a no-op.
+type senderKey struct{ fn, userData unsafe.Pointer }
 
+// dacgo_set_cleanup_sender installs the host's sender; waitMs < 0 waits for
+// the calls of the replaced sender without a bound, 0 not at all (from
+// inside a sender, which would wait for itself), else up to waitMs.
+//
 //export dacgo_set_cleanup_sender
-func dacgo_set_cleanup_sender(fn unsafe.Pointer, userData unsafe.Pointer, wait C.int, e *C.dac_error_slot) (rc C.int) {
+func dacgo_set_cleanup_sender(fn unsafe.Pointer, userData unsafe.Pointer, waitMs C.int64_t, e *C.dac_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
-	hostSender.mu.Lock()
-	same := hostSender.fn == fn && hostSender.userData == userData
-	hostSender.fn, hostSender.userData = fn, userData
-	hostSender.mu.Unlock()
-	if same {
-		// The C++ and Python wrappers keep one trampoline and swap what is
-		// behind it: re-setting it must neither wait for nor drop its calls.
-		return 0
-	}
 	var send container.SendFunc
 	if fn != nil {
 		send = func(worker uint16, contextID int64) error {
@@ -62,10 +53,12 @@ func dacgo_set_cleanup_sender(fn unsafe.Pointer, userData unsafe.Pointer, wait C
 			return nil
 		}
 	}
-	if wait != 0 {
-		cleanup.SetSenderAndWait(send)
-	} else {
-		cleanup.SetSender(send) // called from inside a sender: it would wait for itself
+	wait := time.Duration(-1)
+	if waitMs >= 0 {
+		wait = saturating(int64(waitMs), time.Millisecond)
+	}
+	if !cleanup.InstallSender(senderKey{fn, userData}, send, wait) {
+		return fail(e, container.Errorf(container.ErrTimeout, "dac_set_cleanup_sender_timeout: the replaced sender was still running after %d ms (it is no longer called; do not free its user_data yet)", int64(waitMs)))
 	}
 	return 0
 }
@@ -128,15 +121,26 @@ func dacgo_cleanup_stats(sent, retried, failed, dropped, pending *C.int64_t, e *
 	return 0
 }
 
+// dacgo_cleanup_flush waits for the fan-out; inCallback is set when the
+// caller runs inside a sender or log hook, whose own message stays pending
+// until it returns: waiting would only time out (or hang), so it does not.
+//
 //export dacgo_cleanup_flush
-func dacgo_cleanup_flush(timeoutMs C.int64_t, pending *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_cleanup_flush(timeoutMs C.int64_t, inCallback C.int, pending *C.int64_t, e *C.dac_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	if timeoutMs < 0 {
 		return fail(e, container.Errorf(container.ErrInvalidArgument, "dac_cleanup_flush: timeout_ms must be >= 0, got %d", int64(timeoutMs)))
 	}
-	left := cleanup.Flush(saturating(int64(timeoutMs), time.Millisecond))
+	wait := saturating(int64(timeoutMs), time.Millisecond)
+	if inCallback != 0 {
+		wait = 0
+	}
+	left := cleanup.Flush(wait)
 	if pending != nil {
 		*pending = C.int64_t(left)
+	}
+	if left > 0 && inCallback != 0 {
+		return fail(e, container.Errorf(container.ErrTimeout, "dac_cleanup_flush: %d cleanup messages pending; called from inside a cleanup sender or log hook, it cannot wait for them (its own is among them)", left))
 	}
 	if left > 0 {
 		return fail(e, container.Errorf(container.ErrTimeout, "dac_cleanup_flush: %d cleanup messages still pending after %d ms", left, int64(timeoutMs)))

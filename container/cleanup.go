@@ -81,16 +81,20 @@ type Cleanup struct {
 	opts atomic.Pointer[CleanupOptions]
 	send atomic.Pointer[senderBox]
 	// sendMu orders "take the sender and count the call" before a swap, so
-	// SetSenderAndWait sees every call of the sender it replaced.
+	// an installation that waits sees every call of the sender it replaced;
+	// it also makes the key check and the swap one step.
 	sendMu sync.RWMutex
-	log    atomic.Pointer[LogFunc]
-	queue  chan cleanupJob
-	done   chan struct{}
-	once   sync.Once // starts the senders on first use
-	wg     sync.WaitGroup
-	mu     sync.Mutex // guards the retry timers; taken before closeMu
-	timers map[*time.Timer]struct{}
-	timing sync.WaitGroup // retry timers set and not yet stopped or finished
+	// lastInstall is closed when the latest waiting InstallSender returns
+	// (under sendMu); the next one waits for it, so they return in order.
+	lastInstall chan struct{}
+	log         atomic.Pointer[LogFunc]
+	queue       chan cleanupJob
+	done        chan struct{}
+	once        sync.Once // starts the senders on first use
+	wg          sync.WaitGroup
+	mu          sync.Mutex // guards the retry timers; taken before closeMu
+	timers      map[*time.Timer]struct{}
+	timing      sync.WaitGroup // retry timers set and not yet stopped or finished
 
 	// closeMu orders queueing before Close: whoever puts a message on the
 	// queue holds it shared, Close sets closed holding it (and mu)
@@ -155,33 +159,88 @@ func (c *Cleanup) SetOptions(o CleanupOptions) error {
 
 // SetSender sets the function that delivers messages (nil: none; releases
 // then send nothing and count Skipped, as the native component does without
-// an RPC agent).
-func (c *Cleanup) SetSender(send SendFunc) { c.swapSender(send) }
+// an RPC agent). It does not wait for calls of the sender it replaces.
+func (c *Cleanup) SetSender(send SendFunc) { c.InstallSender(nil, send, 0) }
 
 // SetSenderAndWait is SetSender, returning only once every call of the
 // previous sender has returned, so the host may free what that sender uses.
 // Called from inside a sender it would wait for itself: use SetSender there.
-func (c *Cleanup) SetSenderAndWait(send SendFunc) {
-	old := c.swapSender(send)
-	for old != nil && old.calls.Load() > 0 {
-		time.Sleep(100 * time.Microsecond)
-	}
-}
+func (c *Cleanup) SetSenderAndWait(send SendFunc) { c.InstallSender(nil, send, -1) }
 
-// senderBox is a sender and how many calls of it are running.
-type senderBox struct {
-	fn    SendFunc
-	calls atomic.Int64
-}
-
-func (c *Cleanup) swapSender(send SendFunc) *senderBox {
+// InstallSender installs send, identified by key, and waits up to wait
+// (negative: without a bound; 0: not at all) for the calls of the sender it
+// replaced. If the sender in force already has key (a non-nil key equal to
+// the one it was installed with), it does nothing and returns true at once:
+// the C++ and Python wrappers keep one trampoline for the life of the
+// process and swap what is behind it, and re-setting it must neither wait
+// for nor drop its calls.
+//
+// Installations are linearizable: the swap and the check of the key happen
+// under one lock, so the sender in force is always the one its record
+// says. Those that wait also return in the order they swapped: one does not
+// return before every earlier waiting installation has, so when all have
+// returned, the last to return is the one in force, and no sender replaced
+// by any of them is running or called again. It returns false if the wait
+// ran out (the new sender is installed; the old one may still be running).
+func (c *Cleanup) InstallSender(key any, send SendFunc, wait time.Duration) bool {
 	var b *senderBox
 	if send != nil {
-		b = &senderBox{fn: send}
+		b = &senderBox{fn: send, key: key}
 	}
+	var prev, mine chan struct{}
 	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
-	return c.send.Swap(b)
+	cur := c.send.Load()
+	if key != nil && cur != nil && cur.key == key {
+		c.sendMu.Unlock()
+		return true
+	}
+	if key != nil && send == nil && cur == nil {
+		c.sendMu.Unlock()
+		return true
+	}
+	c.send.Store(b)
+	if wait != 0 {
+		prev, mine = c.lastInstall, make(chan struct{})
+		c.lastInstall = mine
+	}
+	c.sendMu.Unlock()
+	if wait == 0 {
+		return true
+	}
+	defer close(mine)
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	for cur != nil && cur.calls.Load() > 0 {
+		if wait > 0 && !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	if prev == nil {
+		return true
+	}
+	if wait < 0 {
+		<-prev
+		return true
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-prev:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// senderBox is a sender, the key it was installed with, and how many calls
+// of it are running.
+type senderBox struct {
+	fn    SendFunc
+	key   any
+	calls atomic.Int64
 }
 
 // SetLog sets where log lines go (nil: dropped).

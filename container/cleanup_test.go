@@ -536,3 +536,77 @@ func TestCleanupSetSenderAndWaitWaitsForCallsInProgress(t *testing.T) {
 	<-swapped
 	assert.Equal(t, int64(1), flushCleanup(t, c).Sent)
 }
+
+// Installations racing each other: the record the same-key check trusts is
+// the sender in force, and when all have returned the last one to return is
+// in force, and no replaced sender is ever called after that.
+func TestCleanupInstallSenderRacesAreLinearizable(t *testing.T) {
+	type key struct{ n int }
+	c := newTestCleanup(t, nil, CleanupOptions{Senders: 2}, nil)
+	var called [4]atomic.Int64
+	senders := [4]SendFunc{}
+	for i := range senders {
+		senders[i] = func(uint16, int64) error { called[i].Add(1); return nil }
+	}
+	for round := range 300 {
+		var wg sync.WaitGroup
+		var order atomic.Int64
+		returned := make([]int64, 3)
+		for i := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if i == 2 {
+					c.InstallSender(key{-1}, nil, -1)
+				} else {
+					c.InstallSender(key{i}, senders[i], -1)
+				}
+				returned[i] = order.Add(1)
+			}()
+		}
+		c.NotifyRelease(int64(round), []uint16{1, 2}) // calls in flight while they swap
+		wg.Wait()
+		last := 0
+		for i := range 3 {
+			if returned[i] == 3 {
+				last = i
+			}
+		}
+		for i := range called {
+			called[i].Store(0)
+		}
+		// Re-installing what the last one installed must be a no-op that
+		// leaves it in force, whatever order the swaps happened in.
+		if last == 2 {
+			require.True(t, c.InstallSender(key{-1}, nil, -1))
+			require.Nil(t, c.send.Load(), "round %d: nil was installed last", round)
+			continue
+		}
+		require.True(t, c.InstallSender(key{last}, senders[last], -1))
+		c.NotifyRelease(int64(round), []uint16{3})
+		require.Zero(t, c.Flush(time.Minute))
+		for i := range 2 {
+			if i != last {
+				require.Zero(t, called[i].Load(), "round %d: sender %d was replaced but still called", round, i)
+			}
+		}
+		require.NotZero(t, called[last].Load(), "round %d: sender %d returned last but is not in force", round, last)
+	}
+}
+
+// A waiting installation that runs out of time says so; the new sender is
+// in force at once all the same.
+func TestCleanupInstallSenderTimeout(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	c := newTestCleanup(t, func(uint16, int64) error {
+		close(entered)
+		<-release
+		return nil
+	}, CleanupOptions{}, nil)
+	c.NotifyRelease(1, []uint16{1})
+	<-entered
+	require.False(t, c.InstallSender("other", nil, 10*time.Millisecond))
+	require.Nil(t, c.send.Load())
+	close(release)
+	require.True(t, c.InstallSender("again", nil, -1))
+}

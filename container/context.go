@@ -107,18 +107,20 @@ func (c *Context) addFunction(m *map[int64]uint64, kind string, msgID int64, fn 
 
 // SendFunction returns the send function registered under msgID.
 func (c *Context) SendFunction(msgID int64) (uint64, error) {
-	return c.function(c.sends, "send", msgID)
+	return c.function(&c.sends, "send", msgID)
 }
 
 // RecvFunction returns the recv function registered under msgID.
 func (c *Context) RecvFunction(msgID int64) (uint64, error) {
-	return c.function(c.recvs, "recv", msgID)
+	return c.function(&c.recvs, "recv", msgID)
 }
 
-func (c *Context) function(m map[int64]uint64, kind string, msgID int64) (uint64, error) {
+// The maps are passed by address and read under the lock: addFunction
+// replaces a nil map, so the field itself is written under it.
+func (c *Context) function(m *map[int64]uint64, kind string, msgID int64) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fn, ok := m[msgID]
+	fn, ok := (*m)[msgID]
 	if !ok {
 		// The native message for send; recv has no lookup there.
 		return 0, &Error{ErrNotFound, fmt.Sprintf("Could not find %s function for autograd message id: %d", kind, msgID)}
@@ -127,16 +129,16 @@ func (c *Context) function(m map[int64]uint64, kind string, msgID int64) (uint64
 }
 
 // SendFunctions returns a copy of the send functions, keyed by message id.
-func (c *Context) SendFunctions() map[int64]uint64 { return c.copyFunctions(c.sends) }
+func (c *Context) SendFunctions() map[int64]uint64 { return c.copyFunctions(&c.sends) }
 
 // RecvFunctions returns a copy of the recv functions, keyed by message id.
-func (c *Context) RecvFunctions() map[int64]uint64 { return c.copyFunctions(c.recvs) }
+func (c *Context) RecvFunctions() map[int64]uint64 { return c.copyFunctions(&c.recvs) }
 
-func (c *Context) copyFunctions(m map[int64]uint64) map[int64]uint64 {
+func (c *Context) copyFunctions(m *map[int64]uint64) map[int64]uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[int64]uint64, len(m))
-	for k, v := range m {
+	out := make(map[int64]uint64, len(*m))
+	for k, v := range *m {
 		out[k] = v
 	}
 	return out

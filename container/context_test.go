@@ -2,6 +2,7 @@ package container_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -112,4 +113,24 @@ func TestFunctionMapsAreCopies(t *testing.T) {
 	delete(recvs, 1)
 	assert.Equal(t, map[int64]uint64{1: 10}, ctx.SendFunctions())
 	assert.Equal(t, map[int64]uint64{1: 20}, ctx.RecvFunctions())
+}
+
+// The function maps are written on first use: a lookup racing the first
+// registration must read them under the lock (go test -race).
+func TestFunctionLookupsRaceFirstRegistration(t *testing.T) {
+	c, err := container.New(0)
+	require.NoError(t, err)
+	for i := range 50 {
+		ctx, err := c.GetOrCreateContext(int64(i))
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() { defer wg.Done(); _ = ctx.AddSendFunction(7, 70); _ = ctx.AddRecvFunction(7, 71) }()
+		go func() { defer wg.Done(); _, _ = ctx.SendFunction(7); _, _ = ctx.RecvFunction(7) }()
+		go func() { defer wg.Done(); _ = ctx.SendFunctions(); _ = ctx.RecvFunctions() }()
+		wg.Wait()
+		fn, err := ctx.SendFunction(7)
+		require.NoError(t, err)
+		require.Equal(t, uint64(70), fn)
+	}
 }

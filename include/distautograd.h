@@ -8,7 +8,8 @@
 **   - on failure leaves a message for the calling thread in dac_last_error(),
 **     byte for byte the message the native PyTorch component raises where it
 **     raises one (users match on those), else one starting "distautograd: ";
-**   - writes its results through out-pointers only on success;
+**   - writes its results through out-pointers only on success (the one
+**     exception, dac_cleanup_flush's *pending, says so where it is declared);
 **   - checks its arguments: a NULL out-pointer, an out-of-range value or a dead
 **     handle is DAC_ERR_INVALID_ARGUMENT or DAC_ERR_BAD_HANDLE, never a crash;
 **   - is safe to call from any number of threads at once.
@@ -28,10 +29,22 @@
 ** after this library was loaded, every function fails at once with
 ** DAC_ERR_FORKED without entering Go. Load the library after fork, or use
 ** the "spawn" start method of Python's multiprocessing. While a process
-** forks, the library holds back its calls into the cleanup sender and the
-** log hook and lets those in progress end (20 ms at most), so that a child
-** does not inherit a lock a sender held mid-call (a forked Python child
-** could hang in CPython's own after-fork code).
+** forks, the library holds back new calls into the cleanup sender and the
+** log hook and waits for those in progress to return, so that a child
+** never inherits a lock a sender held mid-call (a forked Python child could
+** hang in CPython's own after-fork code). The wait is bounded, 2 s from the
+** library's pthread_atfork handler: a call still running then (a sender
+** blocked on the network, or waiting for a lock the forking thread holds)
+** is left running and the fork goes on. A host whose forking thread holds a
+** lock its callbacks take calls dac_fork_prepare itself first, without that
+** lock (the Python package does, from an os.register_at_fork hook, with
+** the GIL released).
+**
+** Static TLS: the library uses 64 bytes of initial-exec thread-local
+** storage (the Go runtime's own 8 included), so it loads with dlopen after
+** other libraries have taken most of glibc's static-TLS surplus. A
+** thread's error message is allocated on its first call that enters Go
+** and freed when the thread exits.
 */
 #ifndef DISTAUTOGRAD_H
 #define DISTAUTOGRAD_H
@@ -284,8 +297,21 @@ typedef int (*dac_cleanup_sender)(void *user_data, int32_t worker_id, int64_t co
 ** exponential backoff up to max_attempts, then counted as failed and logged.
 ** It returns once every call of the previous sender has returned, so the host
 ** may then free that sender's user_data (called from inside a sender, it
-** cannot wait for itself and returns at once). */
+** cannot wait for itself and returns at once). Setting the (sender,
+** user_data) pair in force again does nothing and does not wait. Calls from
+** several threads at once take effect one at a time, and those that wait
+** return in the order they took effect: when all have returned, the sender
+** in force is the one of the call that returned last. */
 int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data);
+
+/* As dac_set_cleanup_sender, but waits at most timeout_ms (>= 0, else
+** DAC_ERR_INVALID_ARGUMENT) for the calls of the previous sender in
+** progress: DAC_ERR_TIMEOUT if some were still running then. The new sender
+** is installed either way, and the previous one is never called again, but
+** on DAC_ERR_TIMEOUT its user_data may still be in use. For shutting down
+** with a deadline (a sender blocked on a dead peer would hold up
+** dac_set_cleanup_sender without a bound). */
+int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, int64_t timeout_ms);
 
 /* Tunes the fan-out; 0 selects a default: max_attempts 21 (the native 20
 ** retries after the first attempt), initial_backoff_us 10000 (doubling per
@@ -306,8 +332,11 @@ int dac_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t 
 
 /* Waits up to timeout_ms for every pending cleanup message to be delivered or
 ** given up on; DAC_ERR_TIMEOUT if some are still pending, whose number is
-** written to *pending (may be NULL). A timeout_ms too long for int64_t
-** nanoseconds (about 292 years) waits as long as that. */
+** written to *pending (may be NULL) on success and on DAC_ERR_TIMEOUT alike.
+** A timeout_ms too long for int64_t nanoseconds (about 292 years) waits as
+** long as that. Called from inside a cleanup sender or the log hook it does
+** not wait (the caller's own message stays pending until it returns): it
+** answers at once, as with timeout_ms 0. */
 int dac_cleanup_flush(int64_t timeout_ms, int64_t *pending);
 
 /* Log levels of the log hook. */
@@ -325,6 +354,23 @@ typedef void (*dac_log_hook)(void *user_data, int level, const char *message);
 ** hook in progress: keep a hook's user_data alive for the life of the process
 ** or until dac_cleanup_flush has returned DAC_OK with no release since. */
 int dac_set_log_hook(dac_log_hook hook, void *user_data);
+
+/* ---- Fork ------------------------------------------------------------- */
+
+/* Holds back new calls into the cleanup sender and the log hook (their
+** library threads wait) and waits up to timeout_ms (>= 0) for those in
+** progress on other threads to return: DAC_ERR_TIMEOUT if some still run
+** (they are held back all the same). Call it right before fork(), on the
+** forking thread, when that thread holds a lock the callbacks need; then
+** dac_fork_parent in the parent after fork() returns (the child cannot use
+** the library). The library's own pthread_atfork handler waits up to 2 s
+** when no dac_fork_prepare is in effect, and not at all when one is (the
+** host chose its bound). Calls of both nest. */
+int dac_fork_prepare(int64_t timeout_ms);
+
+/* Undoes one dac_fork_prepare (with none in effect, does nothing): calls
+** into the host go on. Never fails (but with DAC_ERR_FORKED in a child). */
+int dac_fork_parent(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -352,6 +352,17 @@ int main(void) {
 	    dac_cleanup_flush(INT64_MAX, NULL));
 	ROW(dac_set_log_hook, "not an error: NULL, back to stderr", DAC_OK, dac_set_log_hook(NULL, NULL));
 	MUST(dac_set_log_hook(quiet_log, NULL));
+	ROW(dac_set_cleanup_sender_timeout, "a negative timeout", DAC_ERR_INVALID_ARGUMENT,
+	    dac_set_cleanup_sender_timeout(NULL, NULL, -1));
+	ROW(dac_set_cleanup_sender_timeout, "INT64_MIN", DAC_ERR_INVALID_ARGUMENT,
+	    dac_set_cleanup_sender_timeout(counting_sender, &delivered, INT64_MIN));
+	ROW(dac_set_cleanup_sender_timeout, "not an error: the pair in force, INT64_MAX ms", DAC_OK,
+	    dac_set_cleanup_sender_timeout(counting_sender, &delivered, INT64_MAX));
+	ROW(dac_fork_prepare, "a negative timeout", DAC_ERR_INVALID_ARGUMENT, dac_fork_prepare(-1));
+	ROW(dac_fork_prepare, "INT64_MIN", DAC_ERR_INVALID_ARGUMENT, dac_fork_prepare(INT64_MIN));
+	ROW(dac_fork_prepare, "not an error: INT64_MAX ms, nothing in flight", DAC_OK, dac_fork_prepare(INT64_MAX));
+	ROW(dac_fork_parent, "not an error: after dac_fork_prepare", DAC_OK, dac_fork_parent());
+	ROW(dac_fork_parent, "not an error: one more than prepared (a no-op)", DAC_OK, dac_fork_parent());
 
 	/* Whatever was thrown at it, nothing is left over. */
 	MUST(dac_context_unref(released));

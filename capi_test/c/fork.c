@@ -17,7 +17,9 @@
 **                              let those in progress end (a Python host's
 **                              child could otherwise inherit a lock a sender
 **                              held, and hang), so no child may find a
-**                              sender mid-call in its copy of the memory */
+**                              sender mid-call in its copy of the memory
+**   fork gate-blocked          a sender that does not return: fork() waits
+**                              for it 2 s (the bound), then goes on */
 #include "check.h"
 
 #include <errno.h>
@@ -109,10 +111,13 @@ static void use_everything(dac_context *parents) {
 	CHILD(dac_context_send_functions(parents, msgs, fns, 2, &count));
 	CHILD(dac_context_recv_functions(parents, msgs, fns, 2, &count));
 	CHILD(dac_set_cleanup_sender(never_sends, NULL));
+	CHILD(dac_set_cleanup_sender_timeout(never_sends, NULL, 10));
 	CHILD(dac_set_cleanup_options(1, 1, 1, 1));
 	CHILD(dac_cleanup_stats(&a, &b, &c, &d, &e));
 	CHILD(dac_cleanup_flush(10, &a));
 	CHILD(dac_set_log_hook(never_logs, NULL));
+	CHILD(dac_fork_prepare(10));
+	CHILD(dac_fork_parent());
 	int untouched = w == -7 && ids[0] == -7 && v == -7 && msgs[0] == -7 && fn == 7 && fns[0] == 7 && flag == -7 &&
 	                count == 77 && len == 77 && strcmp(buf, "untouched") == 0 && ctx == (dac_context *)(uintptr_t)0x77 &&
 	                a == -7 && b == -7 && c == -7 && d == -7 && e == -7;
@@ -432,8 +437,64 @@ static void gate(int forks) {
 	printf("warnings logged: %ld\n", __atomic_load_n(&log_lines, __ATOMIC_RELAXED));
 }
 
+/* ---- the fork gate's bound ---- */
+
+static int blocked_release; /* set to let the blocked sender return */
+
+static int blocking_sender(void *user_data, int32_t worker_id, int64_t context_id) {
+	(void)user_data, (void)worker_id, (void)context_id;
+	__atomic_add_fetch(&in_sender, 1, __ATOMIC_SEQ_CST);
+	while (!__atomic_load_n(&blocked_release, __ATOMIC_ACQUIRE)) {
+		struct timespec ts = {0, 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	__atomic_sub_fetch(&in_sender, 1, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+static double now_s(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void gate_blocked(void) {
+	MUST(dac_set_cleanup_sender(blocking_sender, NULL));
+	MUST(dac_init(3));
+	dac_context *ctx = NULL;
+	int64_t id = 0;
+	MUST(dac_context_new(&ctx));
+	MUST(dac_context_id(ctx, &id));
+	MUST(dac_context_add_known_worker_id(ctx, 1));
+	MUST(dac_context_release(id));
+	MUST(dac_context_unref(ctx));
+	while (__atomic_load_n(&in_sender, __ATOMIC_SEQ_CST) == 0)
+		sched_yield();
+	double t0 = now_s();
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(__atomic_load_n(&in_sender, __ATOMIC_SEQ_CST) == 1 ? 0 : 3);
+	double waited = now_s() - t0;
+	char desc[128];
+	wait_child(pid, desc, sizeof desc);
+	printf("child: %s (it found the blocked sender mid-call)\n", desc);
+	printf("fork waited at least 2 s: %s\n", waited >= 1.99 ? "yes" : "NO");
+	printf("fork waited less than 60 s: %s\n", waited < 60 ? "yes" : "NO");
+	/* The parent goes on: the gate is open again. */
+	__atomic_store_n(&blocked_release, 1, __ATOMIC_RELEASE);
+	MUST(dac_cleanup_flush(30000, NULL));
+	int64_t sent = 0;
+	MUST(dac_cleanup_stats(&sent, NULL, NULL, NULL, NULL));
+	printf("sent: %" PRId64 "\n", sent);
+}
+
 int main(int argc, char **argv) {
 	prog = argv[0];
+	if (argc == 2 && strcmp(argv[1], "gate-blocked") == 0) {
+		gate_blocked();
+		return 0;
+	}
 	if (argc == 3 && strcmp(argv[1], "gate") == 0) {
 		gate(atoi(argv[2]));
 		return 0;

@@ -41,8 +41,11 @@ PROTOTYPES = {
     "dac_context_send_functions": (ctypes.c_int, (ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))),
     "dac_context_recv_functions": (ctypes.c_int, (ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))),
     "dac_set_cleanup_sender": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p)),
+    "dac_set_cleanup_sender_timeout": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)),
     "dac_set_cleanup_options": (ctypes.c_int, (ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)),
     "dac_cleanup_stats": (ctypes.c_int, (ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64))),
     "dac_cleanup_flush": (ctypes.c_int, (ctypes.c_int64, ctypes.POINTER(ctypes.c_int64))),
     "dac_set_log_hook": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p)),
+    "dac_fork_prepare": (ctypes.c_int, (ctypes.c_int64,)),
+    "dac_fork_parent": (ctypes.c_int, ()),
 }

@@ -307,7 +307,8 @@ def _reap_idle_contexts(max_idle_seconds: float, /) -> int:
     return n.value
 
 
-#: How long the exit handler waits for sender or log hook calls in progress.
+#: How long the exit handler waits, in all, for sender or log hook calls in
+#: progress.
 EXIT_WAIT = 5.0
 
 
@@ -315,26 +316,63 @@ def _at_exit() -> None:
     """Unsets the sender and the log hook before the interpreter finalizes:
     a library thread taking the GIL of a finalizing interpreter would be
     stopped in the middle of the library. Then waits (GIL released) for the
-    calls already in progress, up to EXIT_WAIT seconds."""
+    calls already in progress, within EXIT_WAIT seconds in all, whatever the
+    sender does: a call blocked on a dead peer is left behind (no new call
+    reaches Python) and the process exits. Messages still pending are not
+    sent: flush before exit (distautograd.rpc does, at shutdown)."""
     global _sender, _log_hook
     if _sender is None and _log_hook is None:
         return
+    deadline = time.monotonic() + EXIT_WAIT
+
+    def left_ms() -> int:
+        return max(0, int((deadline - time.monotonic()) * 1000))
+
     _sender = None
     _log_hook = None
     try:
-        _L.dac_set_cleanup_sender(None, None)
         _L.dac_set_log_hook(None, None)
+        # Bounded: a call of the sender blocked for good must not hold the
+        # exit up; DAC_ERR_TIMEOUT then only says it is still running.
+        _L.dac_set_cleanup_sender_timeout(None, None, left_ms())
     except Exception:
         return
     # A call may have read the old pointer just before: it waits for the GIL,
     # which sleeping gives up, then finds no function and returns.
-    deadline = time.monotonic() + EXIT_WAIT
     time.sleep(0.001)
     while _calls and time.monotonic() < deadline:
         time.sleep(0.005)
 
 
 atexit.register(_at_exit)
+
+#: How long os.fork() waits for sender and log hook calls in progress. What
+#: a child must not inherit is a call entering Python (making its thread
+#: state takes a CPython lock, briefly, without the GIL); a call parked in
+#: Python with the GIL released (a send waiting on the network) holds none,
+#: and this bounds how long it holds a fork up, and every sender thread with
+#: it (the library's own 2 s bound is for C hosts).
+FORK_WAIT = 0.1
+
+
+def _before_fork() -> None:
+    """Holds the library's calls into Python back and waits for those in
+    progress before os.fork(), so a child never inherits one mid-call (it
+    could hang in CPython's after-fork code). ctypes releases the GIL for
+    the wait, so a call that needs the GIL to finish can; the library's own
+    pthread_atfork handler, which runs later with the GIL held, then finds
+    nothing in flight."""
+    try:
+        _L.dac_fork_prepare(int(FORK_WAIT * 1000))
+    except Exception:
+        pass
+
+
+def _after_fork_in_parent() -> None:
+    try:
+        _L.dac_fork_parent()
+    except Exception:
+        pass
 
 
 def _after_fork_in_child() -> None:
@@ -349,4 +387,5 @@ def _after_fork_in_child() -> None:
     _calls_lock = threading.Lock()  # a library thread may have held the parent's
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)

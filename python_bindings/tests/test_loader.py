@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import subprocess
 import tempfile
 import unittest
 
@@ -142,6 +143,61 @@ class Prototypes(unittest.TestCase):
             fn = getattr(_lib.LIB, name)
             self.assertEqual(fn.restype, restype, name)
             self.assertEqual(tuple(fn.argtypes), argtypes, name)
+
+
+class StaticTLS(unittest.TestCase):
+    """A library loaded late with dlopen (ctypes) must fit its initial-exec
+    TLS in glibc's small static-TLS surplus, which every such library of the
+    process shares: the package imports after one that took 1 KiB of it,
+    and after torch."""
+
+    def hog(self) -> str:
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        path = os.path.join(tmp.name, "libtlshog.so")
+        src = os.path.join(_support.ROOT, "capi_test", "c", "tls_hog.c")
+        p = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-DTLS_HOG_BYTES=1024", "-o", path, src],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return path
+
+    def test_import_after_a_1k_static_tls_library(self) -> None:
+        p = _support.run_python("""
+            import ctypes, sys, threading
+            hog = ctypes.CDLL(sys.argv[1] if len(sys.argv) > 1 else %r)
+            hog.tls_hog_touch(1)
+            import distautograd as D
+            D._init(3)
+            def pass_():
+                with D.context() as cid:
+                    pass
+                try:
+                    D._retrieve_context(cid)
+                except RuntimeError as e:
+                    print(e)
+            pass_()
+            t = threading.Thread(target=pass_); t.start(); t.join()
+        """ % self.hog())
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertEqual(p.stdout.split("\n")[:2], [
+            "Could not find autograd context with id: 844424930131968",
+            "Could not find autograd context with id: 844424930131969",
+        ])
+
+    def test_import_after_torch(self) -> None:
+        problem = _support.torch_problem("torch.distributed.autograd")
+        if problem:
+            _support.loud_skip(self, problem)
+        p = _support.run_python("""
+            import ctypes, torch
+            hog = ctypes.CDLL(%r)
+            import distautograd as D
+            D._init(3)
+            with D.context() as cid:
+                print(cid)
+        """ % self.hog(), python=_support.TORCH_PYTHON)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertEqual(p.stdout.strip(), str(3 << 48))
 
 
 if __name__ == "__main__":

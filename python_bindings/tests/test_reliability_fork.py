@@ -241,13 +241,23 @@ class OsFork(unittest.TestCase):
         # not wait for it. The child's stderr is the parent's: it stays empty.
         p = _support.run_python(PARENT + r'''
 entered, release = threading.Event(), threading.Event()
+first = [True]
 def blocking_sender(worker_id, context_id):
-    entered.set()
-    release.wait(30)
+    # One call blocks (the one in flight at every fork); the rest deliver,
+    # so the busy threads' messages do not pile up meanwhile.
+    with lock:
+        mine, first[0] = first[0], False
+    if mine:
+        entered.set()
+        release.wait(30)
 D.set_cleanup_sender(blocking_sender)
 with D.context() as cid:
     D._current_context()._add_known_worker_id(4)
 assert entered.wait(30)
+# The busy threads stop here: with one sender thread blocked and the others
+# waiting for the GIL they hold, their messages would pile up past the
+# queue's bound while the forks wait for the blocked call (0.1 s each).
+total = stop_busy()
 codes = []
 for k in range(3):
     pid = os.fork()
@@ -271,7 +281,6 @@ for k in range(3):
     codes.append(wait_pid(pid))
 release.set()
 D.set_cleanup_sender(sender)
-total = stop_busy()
 print(json.dumps({"codes": codes, "parent": parent_still_works(total)}))
 ''')
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
