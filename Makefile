@@ -12,7 +12,7 @@ export GOFLAGS := -buildvcs=false
 
 .PHONY: all help test lint test-go test-python install-python demo bench fuzz clean testing-lib asan-lib generate
 
-all: $(LIB) ## build build/libdistautograd.so and copy the headers beside it
+all: $(LIB) torch-backend ## build build/libdistautograd.so (and the torch backend where libtorch-dev is) and copy the headers beside it
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -102,3 +102,26 @@ generate: ## regenerate python_bindings/distautograd/_abi.py (ctypes prototypes)
 clean: ## remove build outputs
 	rm -rf $(BUILD)
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# ---- torch backend (torch_backend/): torch's own distributed autograd on distautograd ----
+# The shim (libc only) is what LD_PRELOAD names; the implementation links
+# libtorch (libtorch-dev) and libdistautograd, and the shim loads it on the
+# first container call. Without libtorch-dev only the shim is built (it then
+# says so and leaves torch native).
+TORCH_SHIM  := $(BUILD)/libdistautograd_torch.so
+TORCH_IMPL  := $(BUILD)/libdistautograd_torch_impl.so
+TORCH_SO    ?= /usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13
+TORCH_INC   ?= /usr/include/torch
+HAVE_LIBTORCH := $(shell test -e $(TORCH_SO) && test -d $(TORCH_INC)/csrc/distributed/rpc && echo yes)
+.PHONY: torch-backend test-torch
+torch-backend: $(TORCH_SHIM) $(if $(HAVE_LIBTORCH),$(TORCH_IMPL)) ## build/libdistautograd_torch.so (+ _impl.so with libtorch-dev)
+$(TORCH_SHIM): torch_backend/shim.S torch_backend/shim.c torch_backend/symbols.h torch_backend/shim.map
+	@mkdir -p $(BUILD)
+	$(CC) -std=gnu11 -O2 -fPIC -Wall -Wextra -Werror -shared -o $@ torch_backend/shim.S torch_backend/shim.c \
+	  -Wl,--version-script=torch_backend/shim.map -Wl,-z,now -Wl,-z,noexecstack
+$(TORCH_IMPL): torch_backend/impl.cpp torch_backend/symbols.h torch_backend/impl.map include/distautograd.h $(LIB)
+	$(CXX) -std=c++17 -O2 -fPIC -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude -isystem $(TORCH_INC)/csrc/api/include -shared -o $@ torch_backend/impl.cpp \
+	  -Wl,--version-script=torch_backend/impl.map -Wl,-z,now -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' \
+	  -L$(BUILD) -ldistautograd -l:$(notdir $(TORCH_SO)) -l:libc10.so.1.13
+test-torch: all ## the torch backend's tests: real torch, native against the backend
+	PYTHONPATH=python_bindings $(PYTHON) -m unittest -v torch_backend.tests.test_backend

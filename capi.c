@@ -441,8 +441,8 @@ static int handle_live(uint64_t state, uint32_t gen) {
 
 /* Adds delta (1 or -1) to the references of a live handle, as Handles.Ref
 ** and Unref do; returns 0, having changed nothing, if it cannot. The last
-** reference kills the slot: its generation moves on (never to 0) and the
-** slot goes on its shard's free list, for Go's Handles.New to reuse. */
+** reference is never dropped here: Go's Handles.Unref kills the slot and
+** tells its context, whose host value's drop may be due (hostvalue.go). */
 static int handle_update(dac_context *ctx, int delta) {
 	dac_handle_shard *shard;
 	uint32_t index, gen;
@@ -462,19 +462,12 @@ static int handle_update(dac_context *ctx, int delta) {
 		} else if (refs > 1) {
 			next = st - 1;
 		} else {
-			uint32_t g = gen + 1;
-			next = (uint64_t)(g ? g : 1) << 32;
+			/* The last reference goes to Go, which tells the context that
+			** one handle fewer holds it (its host value's drop may run). */
+			return 0;
 		}
 		if (__atomic_compare_exchange_n(&sl->state, &st, next, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			break;
-	}
-	if (delta < 0 && (uint32_t)st == 1) {
-		uint64_t top = __atomic_load_n(&shard->free_top, __ATOMIC_ACQUIRE);
-		do
-			__atomic_store_n(&sl->next, (uint32_t)top, __ATOMIC_RELAXED);
-		while (!__atomic_compare_exchange_n(&shard->free_top, &top, (uint64_t)index + 1, 0, __ATOMIC_RELEASE,
-		                                    __ATOMIC_ACQUIRE));
-		__atomic_add_fetch(&shard->freed, 1, __ATOMIC_RELAXED);
 	}
 	return 1;
 }
@@ -629,4 +622,20 @@ int dac_fork_parent(void) {
 	if (v > 0)
 		fork_gate_open();
 	return DAC_OK;
+}
+
+/* ---- Host values ---- */
+
+int dac_context_set_host_value(dac_context *ctx, uint64_t value, dac_host_value_drop drop, uint64_t *current) {
+	GUARD_FORK();
+	CHECK_OUT(current);
+	GUARD_INIT();
+	return dacgo_context_set_host_value(to_handle(ctx), value, (void *)drop, current, &tls_error);
+}
+
+int dac_context_host_value(dac_context *ctx, uint64_t *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	GUARD_INIT();
+	return dacgo_context_host_value(to_handle(ctx), out, &tls_error);
 }

@@ -62,6 +62,8 @@ int dacgo_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_
                         dac_error_slot *e);
 int dacgo_cleanup_flush(int64_t timeout_ms, int in_callback, int64_t *pending, dac_error_slot *e);
 int dacgo_handle_table(void **out, dac_error_slot *e);
+int dacgo_context_set_host_value(uint64_t h, uint64_t value, void *drop, uint64_t *current, dac_error_slot *e);
+int dacgo_context_host_value(uint64_t h, uint64_t *out, dac_error_slot *e);
 
 /* The handle slots that Go's container.Handles shares with C, so that
 ** dac_context_id, dac_context_ref and dac_context_unref are served without
@@ -139,6 +141,15 @@ static inline int dac_call_cleanup_sender(void *fn, void *user_data, int32_t wor
 static inline void dac_call_log(void *fn, void *user_data, int level, const char *message) {
 	dacc_callback_enter();
 	((dac_log_hook)fn)(user_data, level, message);
+	dacc_callback_leave();
+}
+
+/* A host value's drop function, run where the context's last reference
+** went: on the thread that dropped it (a release, an unref, a reap), outside
+** every lock of the container. */
+static inline void dac_call_host_drop(void *fn, uint64_t value) {
+	dacc_callback_enter();
+	((dac_host_value_drop)fn)(value);
 	dacc_callback_leave();
 }
 

@@ -232,7 +232,16 @@ func dacgo_context_current(current C.int64_t, out *C.uint64_t, e *C.dac_error_sl
 	if err != nil {
 		return fail(e, err)
 	}
-	return newHandle(ctx, out, e)
+	h, err := handles.New(ctx)
+	if container.IsGone(err) {
+		// Released since the lookup: the native "Couldn't find".
+		return setError(e, container.ErrNotFound, container.MsgCurrentGone)
+	}
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.uint64_t(h)
+	return 0
 }
 
 //export dacgo_context_retrieve
@@ -244,14 +253,24 @@ func dacgo_context_retrieve(id C.int64_t, ifPresent C.int, out *C.uint64_t, e *C
 	}
 	// One lookup decides: a second one could find what the first missed.
 	ctx, err := c.RetrieveContext(int64(id))
-	if err != nil {
-		if ifPresent != 0 {
-			*out = 0
+	if err == nil {
+		h, herr := handles.New(ctx)
+		if herr == nil {
+			*out = C.uint64_t(h)
 			return 0
 		}
-		return fail(e, err)
+		if !container.IsGone(herr) {
+			return fail(e, herr)
+		}
+		// Released since the lookup (its last handle gone too): as if the
+		// release came first.
+		err = container.NotFoundError(int64(id))
 	}
-	return newHandle(ctx, out, e)
+	if ifPresent != 0 {
+		*out = 0
+		return 0
+	}
+	return fail(e, err)
 }
 
 //export dacgo_context_get_or_create
@@ -261,11 +280,21 @@ func dacgo_context_get_or_create(id C.int64_t, out *C.uint64_t, e *C.dac_error_s
 	if err != nil {
 		return fail(e, err)
 	}
-	ctx, err := c.GetOrCreateContext(int64(id))
-	if err != nil {
-		return fail(e, err)
+	for {
+		ctx, err := c.GetOrCreateContext(int64(id))
+		if err != nil {
+			return fail(e, err)
+		}
+		h, err := handles.New(ctx)
+		if err == nil {
+			*out = C.uint64_t(h)
+			return 0
+		}
+		if !container.IsGone(err) {
+			return fail(e, err)
+		}
+		// Released since the lookup (and so out of the map): create anew.
 	}
-	return newHandle(ctx, out, e)
 }
 
 //export dacgo_context_is_valid

@@ -282,6 +282,7 @@ func (c *Container) ReleaseContextIfPresent(t *Thread, id int64) bool {
 		t.current = InvalidID
 	}
 	c.notify(ctx)
+	ctx.leftContainer()
 	return true
 }
 
@@ -314,6 +315,7 @@ func (c *Container) releaseWhere(drop func(*Context) bool) int {
 		c.live.Add(-int64(len(batch)))
 		for _, ctx := range batch {
 			c.notify(ctx)
+			ctx.leftContainer()
 		}
 		released += len(batch)
 	}

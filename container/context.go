@@ -15,6 +15,7 @@ import (
 type Context struct {
 	id       int64
 	lastUsed atomic.Int64 // coarse clock reading (see clock.go), for ReapIdle
+	hs       hostState    // host value and lifetime (hostvalue.go)
 
 	mu      sync.Mutex
 	workers []uint16            // known worker ids, in insertion order; small, so a slice

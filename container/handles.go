@@ -162,8 +162,21 @@ func nextGen(g uint32) uint32 {
 	return g
 }
 
-// New returns a new handle to ctx holding one reference.
+// New returns a new handle to ctx holding one reference. It fails with an
+// error that IsGone recognizes if ctx died (out of its container, no handle
+// left) since it was looked up.
 func (hs *Handles) New(ctx *Context) (uint64, error) {
+	if !ctx.acquire() {
+		return 0, errGone
+	}
+	h, err := hs.newHandle(ctx)
+	if err != nil {
+		ctx.handleGone()
+	}
+	return h, err
+}
+
+func (hs *Handles) newHandle(ctx *Context) (uint64, error) {
 	t := hs.Table()
 	si := int(uint64(ctx.id) & (handleShards - 1))
 	s, ts := &hs.shards[si], &t[si]
@@ -276,24 +289,33 @@ func (hs *Handles) Ref(h uint64) error {
 	}
 }
 
-// Unref drops a reference; the last one kills the handle.
+// Unref drops a reference; the last one kills the handle. C drops the
+// others itself, and leaves the last to this (capi.c), which tells the
+// context that one handle fewer holds it.
 func (hs *Handles) Unref(h uint64) error {
 	sl, si, idx, gen := hs.slot(h)
 	if sl == nil {
 		return errBadHandle(h)
 	}
+	k, off := chunkOf(idx)
 	for {
 		st := sl.State.Load()
 		if !live(st, gen) {
 			return errBadHandle(h)
 		}
 		next := st - 1
+		var ctx *Context
 		if uint32(st) == 1 {
 			next = uint64(nextGen(gen)) << 32 // dead, and the generation moves on
+			// Read while the slot is live: a sweep clears dead slots only.
+			ctx = (*hs.shards[si].ctxs[k].Load())[off].Load()
 		}
 		if sl.State.CompareAndSwap(st, next) {
 			if uint32(st) == 1 {
 				hs.push(&hs.table.Load()[si], sl, idx)
+				if ctx != nil {
+					ctx.handleGone()
+				}
 			}
 			return nil
 		}

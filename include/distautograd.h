@@ -279,6 +279,32 @@ int dac_context_send_functions(dac_context *ctx, int64_t *message_ids, uint64_t 
 /* As dac_context_send_functions, for recv functions. */
 int dac_context_recv_functions(dac_context *ctx, int64_t *message_ids, uint64_t *fns, size_t capacity, size_t *count);
 
+/* ---- Host values: the host's own object for a context ------------------- */
+
+/* A host that keeps an object of its own per context (the torch backend
+** keeps libtorch's DistAutogradContext, with the pass's autograd functions
+** and gradients) hangs it on the context as a host value: an opaque nonzero
+** uint64_t, typically a pointer, set once per context. Its drop function
+** runs exactly once, when the context's last reference goes: the context is
+** out of the container (released, reaped, released by worker) and no handle
+** to it is live. So a host that reads the value through a handle may use
+** what it points to until it drops that handle, whatever other threads
+** release meanwhile. The drop runs on the thread that dropped the last
+** reference (dac_context_unref, a release, a reap), outside every lock of
+** the container; it may call any dac_* function but must not throw or
+** longjmp out. */
+typedef void (*dac_host_value_drop)(uint64_t value);
+
+/* Sets ctx's host value to value (nonzero, else DAC_ERR_INVALID_ARGUMENT)
+** with its drop function (may be NULL: none) if the context has none yet,
+** and writes the host value now set to *current: value if it was stored,
+** else the value set before, and then neither value nor drop is kept (the
+** caller frees its candidate). Threads setting at once agree on one value. */
+int dac_context_set_host_value(dac_context *ctx, uint64_t value, dac_host_value_drop drop, uint64_t *current);
+
+/* Writes ctx's host value, or 0 if none is set. */
+int dac_context_host_value(dac_context *ctx, uint64_t *out);
+
 /* ---- Release fan-out: telling the known workers ------------------------- */
 
 /* Delivers one cleanup message: "release context context_id" to worker_id,

@@ -325,6 +325,31 @@ int main(void) {
 	ROW(dac_context_recv_functions, "not an error: NULL buffers with capacity 0 (count only)", DAC_OK,
 	    dac_context_recv_functions(live, NULL, NULL, 0, &count));
 
+	/* ---- host values ---- */
+	uint64_t hv = 0;
+	ROW(dac_context_set_host_value, "NULL handle", DAC_ERR_BAD_HANDLE, dac_context_set_host_value(NULL, 1, NULL, &hv));
+	ROW(dac_context_set_host_value, "a dead handle", DAC_ERR_BAD_HANDLE, dac_context_set_host_value(dead, 1, NULL, &hv));
+	ROW(dac_context_set_host_value, "a never-issued handle", DAC_ERR_BAD_HANDLE,
+	    dac_context_set_host_value(never, 1, NULL, &hv));
+	ROW(dac_context_set_host_value, "NULL current", DAC_ERR_INVALID_ARGUMENT,
+	    dac_context_set_host_value(live, 1, NULL, NULL));
+	ROW(dac_context_set_host_value, "value 0 (means none)", DAC_ERR_INVALID_ARGUMENT,
+	    dac_context_set_host_value(live, 0, NULL, &hv));
+	ROW(dac_context_set_host_value, "not an error: UINT64_MAX, no drop", DAC_OK,
+	    dac_context_set_host_value(live, UINT64_MAX, NULL, &hv));
+	ROW(dac_context_set_host_value, "not an error: a second value (the first stays)", DAC_OK,
+	    dac_context_set_host_value(live, 7, NULL, &hv));
+	if (hv != UINT64_MAX)
+		printf("BUG: host value after a second set: %llu\n", (unsigned long long)hv), bugs++;
+	ROW(dac_context_host_value, "NULL handle", DAC_ERR_BAD_HANDLE, dac_context_host_value(NULL, &hv));
+	ROW(dac_context_host_value, "a dead handle", DAC_ERR_BAD_HANDLE, dac_context_host_value(dead, &hv));
+	ROW(dac_context_host_value, "all bits set", DAC_ERR_BAD_HANDLE, dac_context_host_value(all_ones, &hv));
+	ROW(dac_context_host_value, "NULL out", DAC_ERR_INVALID_ARGUMENT, dac_context_host_value(live, NULL));
+	ROW(dac_context_host_value, "not an error: a released context's handle, none set", DAC_OK,
+	    dac_context_host_value(released, &hv));
+	if (hv != 0)
+		printf("BUG: host value of a context without one: %llu\n", (unsigned long long)hv), bugs++;
+
 	/* ---- the fan-out ---- */
 	ROW(dac_set_cleanup_sender, "not an error: NULL, no sender", DAC_OK, dac_set_cleanup_sender(NULL, NULL));
 	MUST(dac_set_cleanup_sender(counting_sender, &delivered));

@@ -71,7 +71,7 @@ static void never_logs(void *user_data, int level, const char *message) { (void)
 static void use_everything(dac_context *parents) {
 	int32_t w = -7, ids[4] = {-7, -7, -7, -7};
 	int64_t v = -7, msgs[2] = {-7, -7};
-	uint64_t fn = 7, fns[2] = {7, 7};
+	uint64_t fn = 7, fns[2] = {7, 7}, hv = 7;
 	int flag = -7;
 	size_t count = 77, len = 77;
 	char buf[64] = "untouched";
@@ -110,6 +110,8 @@ static void use_everything(dac_context *parents) {
 	CHILD(dac_context_recv_function(parents, 1, &fn));
 	CHILD(dac_context_send_functions(parents, msgs, fns, 2, &count));
 	CHILD(dac_context_recv_functions(parents, msgs, fns, 2, &count));
+	CHILD(dac_context_set_host_value(parents, 1, NULL, &hv));
+	CHILD(dac_context_host_value(parents, &hv));
 	CHILD(dac_set_cleanup_sender(never_sends, NULL));
 	CHILD(dac_set_cleanup_sender_timeout(never_sends, NULL, 10));
 	CHILD(dac_set_cleanup_options(1, 1, 1, 1));

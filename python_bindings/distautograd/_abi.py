@@ -40,6 +40,8 @@ PROTOTYPES = {
     "dac_context_recv_function": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64))),
     "dac_context_send_functions": (ctypes.c_int, (ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))),
     "dac_context_recv_functions": (ctypes.c_int, (ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))),
+    "dac_context_set_host_value": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64))),
+    "dac_context_host_value": (ctypes.c_int, (ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64))),
     "dac_set_cleanup_sender": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p)),
     "dac_set_cleanup_sender_timeout": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)),
     "dac_set_cleanup_options": (ctypes.c_int, (ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)),

@@ -1,0 +1,46 @@
+package main
+
+/*
+#include "capi_internal.h"
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"distautograd/container"
+)
+
+// Drop functions are C function pointers; Go calls them through the
+// trampoline, which holds fork() back as the other calls into the host do.
+func init() {
+	container.SetHostDropper(func(fn unsafe.Pointer, value uint64) {
+		C.dac_call_host_drop(fn, C.uint64_t(value))
+	})
+}
+
+//export dacgo_context_set_host_value
+func dacgo_context_set_host_value(h C.uint64_t, value C.uint64_t, drop unsafe.Pointer, current *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	ctx, err := handleContext(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	v, err := ctx.SetHostValue(uint64(value), drop)
+	if err != nil {
+		return fail(e, err)
+	}
+	*current = C.uint64_t(v)
+	return 0
+}
+
+//export dacgo_context_host_value
+func dacgo_context_host_value(h C.uint64_t, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	ctx, err := handleContext(h)
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.uint64_t(ctx.HostValue())
+	return 0
+}

@@ -1,0 +1,403 @@
+// impl.cpp: torch 1.13's DistAutogradContainer served by distautograd
+// (libdistautograd_torch_impl.so). The shim (shim.c) loads it on the first
+// container call of a process whose libtorch is the one it was built for,
+// and jumps here for every public member of the container and for
+// DistEngine::getDebugInfo. Each function below has the member's ABI: the
+// object (ignored: distautograd's container is process-wide, as torch's
+// singleton is) comes first, after the hidden pointer of a returned
+// shared_ptr.
+//
+// distautograd owns the ids, the map, every thread's current id, message
+// ids, the release fan-out and the counts. libtorch keeps its
+// DistAutogradContext objects (send/recv functions, graph task, outstanding
+// RPCs, gradients): one hangs on each distautograd context as its host
+// value, a heap-allocated ContextPtr that the drop frees when the context's
+// last reference goes, so the object lives exactly as long as
+// distautograd's context (and as long as torch holds its own copies).
+// libtorch constructs them: its getOrCreateContext then
+// releaseContextIfPresent on the context's id make and drop one without
+// any RPC (sendReleaseContextRpc is a no-op while the backend serves).
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/rpc/rpc_agent.h>
+#include <torch/csrc/distributed/rpc/rpc_command_base.h>
+
+#include <distautograd.h>
+
+#include "symbols.h"
+
+namespace torch {
+namespace distributed {
+namespace autograd {
+
+// torch 1.13's, which libtorch-dev does not install: restated from
+// torch/csrc/distributed/autograd/context/context.h and
+// rpc_messages/cleanup_autograd_context_req.h. Only the exported members
+// are called; a DistAutogradContext is only ever held by shared_ptr (its
+// control block, libtorch's, destroys it).
+class DistAutogradContext {
+ public:
+  int64_t contextId() const;
+  void addKnownWorkerId(const rpc::worker_id_t workerId);
+  std::unordered_set<rpc::worker_id_t> getKnownWorkerIds() const;
+};
+
+class CleanupAutogradContextReq : public rpc::RpcCommandBase {
+ public:
+  explicit CleanupAutogradContextReq(int64_t context_id);
+  c10::intrusive_ptr<rpc::Message> toMessageImpl() && override;
+  int64_t getContextId();
+
+ private:
+  int64_t context_id_;
+};
+
+}  // namespace autograd
+}  // namespace distributed
+}  // namespace torch
+
+namespace {
+
+namespace ta = torch::distributed::autograd;
+namespace rpc = torch::distributed::rpc;
+using ContextPtr = std::shared_ptr<ta::DistAutogradContext>;
+using DebugInfo = std::unordered_map<std::string, int>;
+
+// libtorch's own definitions, by the ABI of their members.
+struct Real {
+  void* (*init)(int64_t);
+  void* (*getInstanceInternal)();
+  ContextPtr (*getOrCreateContext)(void*, int64_t);
+  void (*releaseContextIfPresent)(void*, int64_t);
+  size_t (*numAutogradContexts)(const void*);
+  DebugInfo (*getDebugInfo)(const void*);
+} real;
+
+// libtorch's container: initialized with the worker id, it makes the
+// DistAutogradContext objects; it holds one only for the length of that.
+std::atomic<void*> instance{nullptr};
+std::mutex init_mu;
+std::atomic<int64_t> cleanup_handed{0}, cleanup_torch_failed{0}, factory_made{0};
+std::atomic<bool> exiting{false};
+
+[[noreturn]] void fail_dac() {
+  // The native message where torch raises one (distautograd's are the same
+  // text), else distautograd's: as a c10::Error, which Python sees as the
+  // RuntimeError torch raises.
+  TORCH_CHECK(false, dac_last_error());
+  std::abort();
+}
+
+inline void check(int rc) {
+  if (__builtin_expect(rc != DAC_OK, 0))
+    fail_dac();
+}
+
+void drop_host(uint64_t value) { delete reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(value)); }
+
+ContextPtr make_torch_context(int64_t id) {
+  void* self = instance.load(std::memory_order_acquire);
+  if (self == nullptr)
+    self = real.getInstanceInternal();
+  ContextPtr p = real.getOrCreateContext(self, id);
+  real.releaseContextIfPresent(self, id);
+  factory_made.fetch_add(1, std::memory_order_relaxed);
+  return p;
+}
+
+// Drops a handle however the scope ends.
+struct Handle {
+  dac_context* h = nullptr;
+  ~Handle() {
+    if (h != nullptr)
+      dac_context_unref(h);
+  }
+};
+
+// The libtorch context of a distautograd context (through a live handle):
+// the host value, made and agreed on if it has none yet.
+ContextPtr hosted(dac_context* h) {
+  uint64_t v = 0;
+  check(dac_context_host_value(h, &v));
+  if (__builtin_expect(v == 0, 0)) {
+    int64_t id = 0;
+    check(dac_context_id(h, &id));
+    auto* cand = new ContextPtr(make_torch_context(id));
+    uint64_t cur = 0;
+    int rc = dac_context_set_host_value(h, reinterpret_cast<uintptr_t>(cand), drop_host, &cur);
+    if (rc != DAC_OK || cur != reinterpret_cast<uintptr_t>(cand))
+      delete cand;
+    check(rc);
+    v = cur;
+  }
+  return *reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(v));
+}
+
+// ---- The cleanup sender: torch's own CleanupAutogradContextReq ----------
+
+// Hands the message to the current RPC agent, which sends it with torch's
+// own retries (20, as the native sendReleaseContextRpc); the fan-out
+// thread never waits for the network. What finally fails is counted.
+int send_cleanup(void*, int32_t worker, int64_t context_id) {
+  if (exiting.load(std::memory_order_relaxed) || !rpc::RpcAgent::isCurrentRpcAgentSet())
+    return 1;  // retried with backoff; given up on and counted if it stays so
+  try {
+    auto agent = rpc::RpcAgent::getCurrentRpcAgent();
+    rpc::RpcRetryOptions options;
+    options.maxRetries = 20;
+    auto fut = agent->sendWithRetries(agent->getWorkerInfo(static_cast<rpc::worker_id_t>(worker)),
+                                      ta::CleanupAutogradContextReq(context_id).toMessage(), options);
+    fut->addCallback([worker](rpc::JitFuture& f) {
+      if (f.hasError()) {
+        cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
+        fprintf(stderr, "distautograd-torch: Could not release Dist Autograd Context on node %d: %s\n", worker,
+                f.tryRetrieveErrorMessage().c_str());
+      }
+    });
+    cleanup_handed.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  } catch (const std::exception&) {
+    return 1;
+  }
+}
+
+void ensure_torch_container(int64_t worker) {
+  if (instance.load(std::memory_order_acquire) != nullptr)
+    return;
+  std::lock_guard<std::mutex> g(init_mu);
+  if (instance.load(std::memory_order_relaxed) != nullptr)
+    return;
+  void* p = real.init(worker);
+  check(dac_set_cleanup_sender(send_cleanup, nullptr));
+  instance.store(p, std::memory_order_release);
+}
+
+// ---- The members ----------------------------------------------------------
+
+void* m_init(int64_t worker_id) {
+  check(dac_init(worker_id));
+  ensure_torch_container(worker_id);
+  return instance.load(std::memory_order_acquire);
+}
+
+void* m_getInstance() {
+  void* p = instance.load(std::memory_order_acquire);
+  if (__builtin_expect(p != nullptr, 1))
+    return p;
+  // Initialized through distautograd's own API (the Python package, say)?
+  int32_t w = 0;
+  check(dac_worker_id(&w));
+  ensure_torch_container(w);
+  return instance.load(std::memory_order_acquire);
+}
+
+ContextPtr m_newContext(void*) {
+  Handle h;
+  check(dac_context_new(&h.h));
+  try {
+    return hosted(h.h);
+  } catch (...) {
+    int64_t id = 0;
+    if (dac_context_id(h.h, &id) == DAC_OK)
+      dac_context_release_if_present(id, nullptr);  // all or nothing
+    throw;
+  }
+}
+
+// Copies the known workers torch's engine recorded on libtorch's context
+// into distautograd's, whose release fan-out tells them.
+void copy_known_workers(int64_t id) {
+  Handle h;
+  if (dac_context_retrieve_if_present(id, &h.h) != DAC_OK || h.h == nullptr)
+    return;
+  uint64_t v = 0;
+  if (dac_context_host_value(h.h, &v) != DAC_OK || v == 0)
+    return;
+  auto& ctx = *reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(v));
+  for (auto w : ctx->getKnownWorkerIds())
+    dac_context_add_known_worker_id(h.h, static_cast<uint16_t>(w));
+}
+
+void m_releaseContext(void*, int64_t id) {
+  copy_known_workers(id);
+  check(dac_context_release(id));
+}
+
+void m_releaseContextIfPresent(void*, int64_t id) {
+  copy_known_workers(id);
+  check(dac_context_release_if_present(id, nullptr));
+}
+
+void m_isValidContext(void*, int64_t id) { check(dac_context_is_valid(id)); }
+
+ContextPtr m_retrieveContext(void*, int64_t id) {
+  Handle h;
+  check(dac_context_retrieve(id, &h.h));
+  return hosted(h.h);
+}
+
+ContextPtr m_currentContext(void*) {
+  Handle h;
+  check(dac_context_current(&h.h));
+  return hosted(h.h);
+}
+
+bool m_hasValidContext(const void*) {
+  int out = 0;
+  return dac_has_valid_context(&out) == DAC_OK && out != 0;
+}
+
+int64_t m_newAutogradMessageId(void*) {
+  int64_t id = 0;
+  check(dac_new_autograd_message_id(&id));
+  return id;
+}
+
+ContextPtr m_getOrCreateContext(void*, int64_t id) {
+  Handle h;
+  check(dac_context_get_or_create(id, &h.h));
+  return hosted(h.h);
+}
+
+int64_t m_getMaxId(void*) {
+  int64_t id = 0;
+  check(dac_max_id(&id));
+  return id;
+}
+
+int16_t m_getWorkerId(const void*) {
+  int32_t w = 0;
+  check(dac_worker_id(&w));
+  return static_cast<int16_t>(w);
+}
+
+// The current id is distautograd's thread-local, not libtorch's: every
+// member that reads or writes it is served here.
+void m_setCurrentContextId(int64_t id) { check(dac_set_current_context_id(id)); }
+void m_forceCurrentContextId(int64_t id) { check(dac_force_current_context_id(id)); }
+void m_clearCurrentContext(void*) { check(dac_clear_current_context()); }
+
+size_t m_numAutogradContexts(const void*) {
+  int64_t n = 0;
+  check(dac_num_contexts(&n));
+  return static_cast<size_t>(n);
+}
+
+int64_t m_currentContextId() {
+  int64_t id = -1;
+  return dac_current_context_id(&id) == DAC_OK ? id : -1;
+}
+
+// torch.distributed.autograd._get_debug_info(): the engine's figures (its
+// num_autograd_contexts is ours, through numAutogradContexts) and
+// distautograd's: the fan-out's counters, the cap, live handles.
+DebugInfo m_getDebugInfo(const void* engine) {
+  DebugInfo info = real.getDebugInfo(engine);
+  char buf[1024];
+  size_t len = 0;
+  if (dac_debug_info(buf, sizeof buf, &len) == DAC_OK && len < sizeof buf) {
+    // A flat JSON object of integers: {"key":value,...}.
+    const char* p = buf;
+    while ((p = strchr(p, '"')) != nullptr) {
+      const char* end = strchr(p + 1, '"');
+      if (end == nullptr || end[1] != ':')
+        break;
+      std::string key(p + 1, end);
+      long long v = strtoll(end + 2, nullptr, 10);
+      if (key != "num_autograd_contexts" && key != "num_current_backward_passes")
+        info[key] = v > INT32_MAX ? INT32_MAX : static_cast<int>(v);
+      p = end + 2;
+    }
+  }
+  info["torch_cleanup_handed"] = static_cast<int>(cleanup_handed.load());
+  info["torch_cleanup_failed"] = static_cast<int>(cleanup_torch_failed.load());
+  void* self = instance.load(std::memory_order_acquire);
+  info["torch_native_contexts"] = self ? static_cast<int>(real.numAutogradContexts(self)) : 0;
+  info["torch_factory_made"] = static_cast<int>(factory_made.load());
+  return info;
+}
+
+std::atomic<bool> started{false};
+
+// Checks at run time that libtorch behaves as the build this was made for:
+// its container makes a context through its factory path, the context
+// reports the id and known workers it was given, and the container is left
+// empty. A layout that differs shows here rather than as a crash later.
+bool probe(const char* simulate, char* why, size_t cap) {
+  try {
+    void* self = real.getInstanceInternal();
+    const int64_t probe_id = -2;  // never issued: ids are >= 0
+    size_t before = real.numAutogradContexts(self);
+    ContextPtr p = make_torch_context(probe_id);
+    factory_made.store(0);
+    bool ok = p && p->contextId() == probe_id && p->getKnownWorkerIds().empty();
+    if (ok) {
+      p->addKnownWorkerId(7);
+      auto ids = p->getKnownWorkerIds();
+      ok = ids.size() == 1 && ids.count(7) == 1;
+    }
+    ok = ok && real.numAutogradContexts(self) == before;
+    if (simulate != nullptr && strcmp(simulate, "layout") == 0)
+      ok = false;
+    if (!ok)
+      snprintf(why, cap, "libtorch's DistAutogradContext does not behave as in the torch 1.13 build this backend "
+                         "was made for (run-time layout check)");
+    return ok;
+  } catch (const std::exception& e) {
+    snprintf(why, cap, "the run-time check of libtorch failed: %s", e.what());
+    return false;
+  }
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int dat_impl_start(dat_start_args* a) {
+  if (a == nullptr || a->abi != DAT_ABI)
+    return 1;
+  real.init = reinterpret_cast<decltype(real.init)>(a->real[0]);
+  real.getInstanceInternal = reinterpret_cast<decltype(real.getInstanceInternal)>(a->real[18]);
+  real.getOrCreateContext = reinterpret_cast<decltype(real.getOrCreateContext)>(a->real[10]);
+  real.releaseContextIfPresent = reinterpret_cast<decltype(real.releaseContextIfPresent)>(a->real[4]);
+  real.numAutogradContexts = reinterpret_cast<decltype(real.numAutogradContexts)>(a->real[16]);
+  real.getDebugInfo = reinterpret_cast<decltype(real.getDebugInfo)>(a->real[DAT_IDX_DEBUG_INFO]);
+  if (!probe(a->simulate, a->why, a->why_cap))
+    return 1;
+  void** s = a->serve;
+  s[0] = reinterpret_cast<void*>(m_init);
+  s[1] = reinterpret_cast<void*>(m_getInstance);
+  s[2] = reinterpret_cast<void*>(m_newContext);
+  s[3] = reinterpret_cast<void*>(m_releaseContext);
+  s[4] = reinterpret_cast<void*>(m_releaseContextIfPresent);
+  s[5] = reinterpret_cast<void*>(m_isValidContext);
+  s[6] = reinterpret_cast<void*>(m_retrieveContext);
+  s[7] = reinterpret_cast<void*>(m_currentContext);
+  s[8] = reinterpret_cast<void*>(m_hasValidContext);
+  s[9] = reinterpret_cast<void*>(m_newAutogradMessageId);
+  s[10] = reinterpret_cast<void*>(m_getOrCreateContext);
+  s[11] = reinterpret_cast<void*>(m_getMaxId);
+  s[12] = reinterpret_cast<void*>(m_getWorkerId);
+  s[13] = reinterpret_cast<void*>(m_setCurrentContextId);
+  s[14] = reinterpret_cast<void*>(m_forceCurrentContextId);
+  s[15] = reinterpret_cast<void*>(m_clearCurrentContext);
+  s[16] = reinterpret_cast<void*>(m_numAutogradContexts);
+  s[17] = reinterpret_cast<void*>(m_currentContextId);
+  s[DAT_IDX_DEBUG_INFO] = reinterpret_cast<void*>(m_getDebugInfo);
+  started.store(true);
+  std::atexit([] { exiting.store(true); });
+  return 0;
+}
+
+// Whether the backend serves torch's container in this process (for
+// distautograd.torch.active()).
+extern "C" __attribute__((visibility("default"))) int dat_impl_active() { return started.load() ? 1 : 0; }

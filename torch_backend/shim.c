@@ -1,0 +1,190 @@
+/* shim.c: what libdistautograd_torch.so does on the first call of one of
+** its entries (shim.S): find libtorch's own definitions, decide once whether
+** to serve torch's container, and fill the jump table.
+**
+** The shim is preloaded into every process that inherits LD_PRELOAD
+** (shells, compilers, data loader workers), so it is small C with no
+** dependency but libc and loads nothing until torch calls a container
+** function: the implementation (libdistautograd_torch_impl.so, C++, linked
+** against libtorch and libdistautograd, whose Go runtime starts with it)
+** is dlopen'ed then. If the loaded libtorch is not the build the backend
+** was made for, the shim says why once on stderr and forwards every call
+** to libtorch's own definitions: torch runs as if nothing was preloaded. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "symbols.h"
+
+extern void *dat_fn[DAT_NSYMS];
+extern void dat_noop(void);
+
+#define X_NAME(i, name, sym) #sym,
+static const char *const sym_names[DAT_NSYMS] = {DAT_SYMBOLS(X_NAME)};
+
+#define X_DECL(i, name, sym) extern char sym[];
+DAT_SYMBOLS(X_DECL)
+#define X_ADDR(i, name, sym) (void *)sym,
+/* Our own entries, to tell libtorch's definitions from ours. */
+static void *const own[DAT_NSYMS] = {DAT_SYMBOLS(X_ADDR)};
+
+#define EXPECTED_SONAME "libtorch_cpu.so.1.13"
+
+static void *real[DAT_NSYMS];
+static pthread_once_t found_once = PTHREAD_ONCE_INIT, decided_once = PTHREAD_ONCE_INIT;
+static int active; /* 1 when the backend serves, read by dat_torch_backend_state */
+
+/* The object that defines the container, other than this shim. */
+struct finder {
+	const char *self;
+	void *handle;
+	char path[4096];
+};
+
+static int find_definer(struct dl_phdr_info *info, size_t size, void *arg) {
+	(void)size;
+	struct finder *f = arg;
+	if (info->dlpi_name == NULL || info->dlpi_name[0] == 0 || strcmp(info->dlpi_name, f->self) == 0)
+		return 0;
+	void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+	if (h == NULL)
+		return 0;
+	void *p = dlsym(h, sym_names[0]);
+	if (p != NULL && p != own[0]) {
+		Dl_info di;
+		/* dlsym on a handle searches its dependencies too: keep the one
+		** that holds the definition itself. */
+		if (dladdr(p, &di) && di.dli_fname && strcmp(di.dli_fname, info->dlpi_name) == 0) {
+			f->handle = h;
+			snprintf(f->path, sizeof f->path, "%s", info->dlpi_name);
+			return 1;
+		}
+	}
+	dlclose(h);
+	return 0;
+}
+
+static char torch_path[4096];
+static void *torch_handle;
+static int missing_real = -1; /* index of a symbol libtorch lacks, -1: none */
+
+/* Phase 1: libtorch's definitions. Its private container members (which
+** only libtorch's own members call) point there from now on, so that the
+** checks below can run libtorch's code without coming back here. */
+static void find_real(void) {
+	Dl_info self;
+	struct finder f = {0};
+	dladdr((void *)own[0], &self);
+	f.self = self.dli_fname;
+	dl_iterate_phdr(find_definer, &f);
+	if (f.handle == NULL)
+		return;
+	torch_handle = f.handle;
+	snprintf(torch_path, sizeof torch_path, "%s", f.path);
+	for (int i = 0; i < DAT_NSYMS; i++) {
+		real[i] = dlsym(f.handle, sym_names[i]);
+		if (real[i] == NULL && missing_real < 0)
+			missing_real = i;
+	}
+	for (int i = DAT_PRIVATE_FIRST; i < DAT_NSYMS; i++)
+		if (i != DAT_IDX_DEBUG_INFO && real[i] != NULL)
+			__atomic_store_n(&dat_fn[i], i == DAT_IDX_SEND_RELEASE ? (void *)dat_noop : real[i], __ATOMIC_RELEASE);
+}
+
+/* The soname of the object at path, from its dynamic section. */
+static const char *soname_of(void *handle) {
+	struct link_map *lm = NULL;
+	if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL)
+		return NULL;
+	const char *strtab = NULL;
+	ElfW(Xword) off = (ElfW(Xword))-1;
+	for (ElfW(Dyn) *d = lm->l_ld; d->d_tag != DT_NULL; d++) {
+		if (d->d_tag == DT_STRTAB)
+			strtab = (const char *)d->d_un.d_ptr;
+		else if (d->d_tag == DT_SONAME)
+			off = d->d_un.d_val;
+	}
+	return strtab && off != (ElfW(Xword))-1 ? strtab + off : NULL;
+}
+
+static void go_inert(const char *why) {
+	for (int i = 0; i < DAT_NSYMS; i++)
+		if (real[i] != NULL)
+			__atomic_store_n(&dat_fn[i], real[i], __ATOMIC_RELEASE);
+	fprintf(stderr,
+	        "distautograd-torch: %s; torch keeps its own distributed autograd container (distautograd is NOT "
+	        "in use in this process)\n",
+	        why);
+}
+
+static void decide(void) {
+	char why[8192] = "";
+	const char *sim = getenv("DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH");
+	if (sim != NULL && sim[0] == 0)
+		sim = NULL;
+	if (torch_handle == NULL) {
+		/* Nothing else defines the container: no call can be forwarded. */
+		fprintf(stderr, "distautograd-torch: no loaded library defines torch's DistAutogradContainer; cannot "
+		                "serve or forward %s\n", sym_names[0]);
+		abort();
+	}
+	const char *so = soname_of(torch_handle);
+	if (sim != NULL && strcmp(sim, "soname") == 0)
+		so = "libtorch_cpu.so.0.0 (simulated)";
+	if (so == NULL || strcmp(so, EXPECTED_SONAME) != 0) {
+		snprintf(why, sizeof why, "the loaded libtorch (%s, soname %s) is not the build this backend was made for (%s)",
+		         torch_path, so ? so : "none", EXPECTED_SONAME);
+		go_inert(why);
+		return;
+	}
+	if (missing_real >= 0 || (sim != NULL && strcmp(sim, "symbol") == 0)) {
+		snprintf(why, sizeof why, "%s does not define %s", torch_path,
+		         missing_real >= 0 ? sym_names[missing_real] : "a needed symbol (simulated)");
+		go_inert(why);
+		return;
+	}
+	/* The implementation lives beside the shim. */
+	Dl_info self;
+	char path[4096];
+	dladdr((void *)own[0], &self);
+	snprintf(path, sizeof path, "%s", self.dli_fname);
+	char *slash = strrchr(path, '/');
+	snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0),
+	         "libdistautograd_torch_impl.so");
+	void *impl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (impl == NULL) {
+		snprintf(why, sizeof why, "cannot load %s: %s", path, dlerror());
+		go_inert(why);
+		return;
+	}
+	int (*start)(dat_start_args *) = (int (*)(dat_start_args *))dlsym(impl, "dat_impl_start");
+	void *serve[DAT_NSYMS] = {0};
+	dat_start_args args = {DAT_ABI, real, serve, why, sizeof why, sim};
+	if (start == NULL) {
+		snprintf(why, sizeof why, "%s has no dat_impl_start", path);
+		go_inert(why);
+		return;
+	}
+	if (start(&args) != 0) {
+		go_inert(why);
+		return;
+	}
+	for (int i = 0; i < DAT_NSYMS; i++)
+		if (i < DAT_PRIVATE_FIRST || i == DAT_IDX_DEBUG_INFO)
+			__atomic_store_n(&dat_fn[i], serve[i], __ATOMIC_RELEASE);
+	__atomic_store_n(&active, 1, __ATOMIC_RELEASE);
+}
+
+/* Called by dat_lazy (shim.S) with the index of the entry called; returns
+** it, once dat_fn[index] points where calls must go. */
+__attribute__((visibility("hidden"))) unsigned dat_resolve(unsigned index) {
+	pthread_once(&found_once, find_real);
+	if (index >= DAT_PRIVATE_FIRST && index != DAT_IDX_DEBUG_INFO && real[index] != NULL)
+		return index; /* set by find_real */
+	pthread_once(&decided_once, decide);
+	return index;
+}
