@@ -76,7 +76,7 @@ fuzz: ## run each fuzz target of container/ for FUZZTIME (default 30s)
 	  $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./container/ || exit 1; \
 	done
 
-test: lint test-go test-python ## everything that must pass
+test: lint test-go test-python test-torch ## everything that must pass
 	@# Without the oracle the differential tests skip (they fail under CI=true):
 	@# say so where nobody can miss it.
 	@$(PYTHON) -c 'import torch' 2>/dev/null && test -e /usr/lib/x86_64-linux-gnu/libtorch_cpu.so || \
@@ -123,5 +123,5 @@ $(TORCH_IMPL): torch_backend/impl.cpp torch_backend/symbols.h torch_backend/impl
 	$(CXX) -std=c++17 -O2 -fPIC -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude -isystem $(TORCH_INC)/csrc/api/include -shared -o $@ torch_backend/impl.cpp \
 	  -Wl,--version-script=torch_backend/impl.map -Wl,-z,now -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' \
 	  -L$(BUILD) -ldistautograd -l:$(notdir $(TORCH_SO)) -l:libc10.so.1.13
-test-torch: all ## the torch backend's tests: real torch, native against the backend
-	PYTHONPATH=python_bindings $(PYTHON) -m unittest -v torch_backend.tests.test_backend
+test-torch: all ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, fork, launcher
+	$(PYTHON) -m unittest -v torch_backend.tests.test_backend

@@ -17,7 +17,9 @@
 // libtorch constructs them: its getOrCreateContext then
 // releaseContextIfPresent on the context's id make and drop one without
 // any RPC (sendReleaseContextRpc is a no-op while the backend serves).
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -172,6 +174,29 @@ int send_cleanup(void*, int32_t worker, int64_t context_id) {
   }
 }
 
+// DISTAUTOGRAD_REAP_IDLE_MS=N: a thread releases every context idle for N
+// ms (what a worker that died mid-pass left here: no cleanup RPC will come
+// for it), fanning out as a release does. Off by default: a pass that
+// legitimately holds a context idle longer than N would lose it.
+void start_reaper() {
+  const char* env = getenv("DISTAUTOGRAD_REAP_IDLE_MS");
+  if (env == nullptr || *env == 0)
+    return;
+  char* end = nullptr;
+  long long ms = strtoll(env, &end, 10);
+  if (end == env || *end != 0 || ms <= 0) {
+    fprintf(stderr, "distautograd-torch: DISTAUTOGRAD_REAP_IDLE_MS=%s is not a positive number of ms; no reaper\n", env);
+    return;
+  }
+  std::thread([ms] {
+    const auto period = std::chrono::milliseconds(std::max<long long>(20, ms / 4));
+    while (!exiting.load(std::memory_order_relaxed)) {
+      std::this_thread::sleep_for(period);
+      dac_reap_idle_contexts(ms, nullptr);
+    }
+  }).detach();
+}
+
 void ensure_torch_container(int64_t worker) {
   if (instance.load(std::memory_order_acquire) != nullptr)
     return;
@@ -180,6 +205,7 @@ void ensure_torch_container(int64_t worker) {
     return;
   void* p = real.init(worker);
   check(dac_set_cleanup_sender(send_cleanup, nullptr));
+  start_reaper();
   instance.store(p, std::memory_order_release);
 }
 

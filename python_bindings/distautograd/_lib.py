@@ -13,6 +13,7 @@ import operator
 import os
 from typing import Any, Dict, List, NoReturn, Optional
 
+from . import _process
 from ._abi import PROTOTYPES
 
 #: The environment variable that names the library file to load; when set it
@@ -112,9 +113,21 @@ def candidates() -> List[str]:
 
 def find_library() -> str:
     """Returns the path of the library to load, or raises ImportError saying
-    what it looked for: $DISTAUTOGRAD_LIBRARY if set, else the package's own
-    folder (an installed package carries its .so), else the checkout's build/.
+    what it looked for. One library per process comes first: a
+    libdistautograd already loaded (by the torch backend) is the one, and in
+    a process running under the backend, the library beside its shim (which
+    the backend loads, or will). Else $DISTAUTOGRAD_LIBRARY if set, else the
+    package's own folder (an installed package carries its .so), else the
+    checkout's build/.
     """
+    loaded = _process.loaded_library()
+    if loaded:
+        return loaded
+    shim = _process.shim_path()
+    if shim:
+        beside = os.path.join(os.path.dirname(shim), _process.SONAME)
+        if os.path.isfile(beside):
+            return beside
     env = os.environ.get(LIBRARY_ENV)
     if env:
         if os.path.isfile(env):

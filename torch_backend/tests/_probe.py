@@ -1,0 +1,116 @@
+"""Small single-process programs the backend's tests run, one per argv[1];
+each prints one JSON line. torch RPC with one worker on 127.0.0.1."""
+import json
+import os
+import socket
+import sys
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return str(port)
+
+
+def init_one():
+    import torch.distributed.rpc as rpc
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = free_port()
+    rpc.init_rpc("w0", rank=0, world_size=1)
+    return rpc
+
+
+def one_pass(rpc):
+    import torch
+    import torch.distributed.autograd as da
+
+    t = torch.ones(3, requires_grad=True)
+    with da.context() as cid:
+        y = rpc.rpc_sync("w0", torch.mul, args=(t, 2.0))
+        da.backward(cid, [y.sum()])
+        return da.get_gradients(cid)[t].tolist()
+
+
+def guard():
+    """Native or not, torch works; says which."""
+    import distautograd.torch as dt
+    import torch.distributed.autograd as da
+
+    rpc = init_one()
+    grads = one_pass(rpc)
+    try:
+        da._retrieve_context(12345)
+        err = None
+    except RuntimeError as e:
+        err = str(e)
+    out = {"grads": grads, "error": err, "active": dt.active(), "keys": sorted(da._get_debug_info())}
+    rpc.shutdown()
+    return out
+
+
+def one_library():
+    """The package imported first, then torch: one library, one container."""
+    import distautograd
+
+    lib_path = distautograd._lib.PATH
+    import torch.distributed.autograd as da
+
+    import distautograd.torch as dt
+
+    rpc = init_one()
+    with da.context() as cid:
+        seen = {"torch": da._get_debug_info()["num_autograd_contexts"], "package": distautograd._lib.debug_info()["num_autograd_contexts"],
+                "package_current": distautograd._current_context()._context_id() == cid,
+                "package_valid": distautograd._is_valid_context(cid) is None}
+    grads = one_pass(rpc)
+    maps = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "libdistautograd.so" in line:
+                maps.add(os.path.realpath(line.split()[-1]))
+    out = {"active": dt.active(), "lib": lib_path, "mapped": sorted(maps), "inside": seen, "grads": grads,
+           "after": distautograd._lib.debug_info()["num_autograd_contexts"]}
+    rpc.shutdown()
+    return out
+
+
+def _square(x):
+    return x * x
+
+
+def fork():
+    """A process using the backend forks DataLoader workers (and a bare
+    os.fork child) that never touch autograd: they run normally."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Squares(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return torch.tensor([float(i)]) ** 2
+
+    rpc = init_one()
+    before = one_pass(rpc)
+    loader = DataLoader(Squares(), batch_size=4, num_workers=2, multiprocessing_context="fork")
+    batches = [b.flatten().tolist() for b in loader]
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.write(w, json.dumps(torch.arange(4).sum().item()).encode())
+        os._exit(0)
+    os.close(w)
+    child_out = os.read(r, 100).decode()
+    _, status = os.waitpid(pid, 0)
+    after = one_pass(rpc)
+    rpc.shutdown()
+    return {"before": before, "batches": batches, "child": child_out, "child_status": status, "after": after}
+
+
+if __name__ == "__main__":
+    print(json.dumps(globals()[sys.argv[1]]()), flush=True)
