@@ -629,13 +629,11 @@ int dac_fork_parent(void) {
 int dac_context_set_host_value(dac_context *ctx, uint64_t value, dac_host_value_drop drop, uint64_t *current) {
 	GUARD_FORK();
 	CHECK_OUT(current);
-	GUARD_INIT();
-	return dacgo_context_set_host_value(to_handle(ctx), value, (void *)drop, current, &tls_error);
+	return dacgo_context_set_host_value(to_handle(ctx), value, (void *)drop, current, err());
 }
 
 int dac_context_host_value(dac_context *ctx, uint64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	GUARD_INIT();
-	return dacgo_context_host_value(to_handle(ctx), out, &tls_error);
+	return dacgo_context_host_value(to_handle(ctx), out, err());
 }
