@@ -113,7 +113,7 @@ TORCH_IMPL  := $(BUILD)/libdistautograd_torch_impl.so
 TORCH_SO    ?= /usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13
 TORCH_INC   ?= /usr/include/torch
 HAVE_LIBTORCH := $(shell test -e $(TORCH_SO) && test -d $(TORCH_INC)/csrc/distributed/rpc && echo yes)
-.PHONY: torch-backend test-torch
+.PHONY: torch-backend test-torch bench-torch
 torch-backend: $(TORCH_SHIM) $(if $(HAVE_LIBTORCH),$(TORCH_IMPL)) ## build/libdistautograd_torch.so (+ _impl.so with libtorch-dev)
 $(TORCH_SHIM): torch_backend/shim.S torch_backend/shim.c torch_backend/symbols.h torch_backend/shim.map
 	@mkdir -p $(BUILD)
@@ -124,4 +124,6 @@ $(TORCH_IMPL): torch_backend/impl.cpp torch_backend/symbols.h torch_backend/impl
 	  -Wl,--version-script=torch_backend/impl.map -Wl,-z,now -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' \
 	  -L$(BUILD) -ldistautograd -l:$(notdir $(TORCH_SO)) -l:libc10.so.1.13
 test-torch: all ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, fork, launcher
-	$(PYTHON) -m unittest -v torch_backend.tests.test_backend
+	$(PYTHON) -m unittest -v torch_backend.tests.test_backend torch_backend.tests.test_differential_torch
+bench-torch: all ## torch's distributed autograd natively and under the backend, alternating processes; adds level "torch" rows to build/bench.json (run after make bench)
+	$(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS)

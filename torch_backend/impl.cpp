@@ -205,6 +205,14 @@ void ensure_torch_container(int64_t worker) {
     return;
   void* p = real.init(worker);
   check(dac_set_cleanup_sender(send_cleanup, nullptr));
+  // DISTAUTOGRAD_MAX_CONTEXTS=N caps live contexts: past it torch gets a
+  // RuntimeError instead of growing without bound.
+  if (const char* cap = getenv("DISTAUTOGRAD_MAX_CONTEXTS"); cap != nullptr && *cap != 0) {
+    char* end = nullptr;
+    long long n = strtoll(cap, &end, 10);
+    if (end == cap || *end != 0 || n < 0 || dac_set_max_contexts(n) != DAC_OK)
+      fprintf(stderr, "distautograd-torch: DISTAUTOGRAD_MAX_CONTEXTS=%s is not a count >= 0; no cap\n", cap);
+  }
   start_reaper();
   instance.store(p, std::memory_order_release);
 }
