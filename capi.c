@@ -286,51 +286,6 @@ int dac_context_new(dac_context **out) {
 	return rc;
 }
 
-int dac_context_current(dac_context **out) {
-	GUARD_FORK();
-	CHECK_OUT(out);
-	uint64_t h = 0;
-	int rc = dacgo_context_current(tls_current, &h, err());
-	if (rc == DAC_OK)
-		*out = to_ptr(h);
-	return rc;
-}
-
-int dac_context_retrieve(int64_t context_id, dac_context **out) {
-	GUARD_FORK();
-	CHECK_OUT(out);
-	uint64_t h = 0;
-	int rc = dacgo_context_retrieve(context_id, 0, &h, err());
-	if (rc == DAC_OK)
-		*out = to_ptr(h);
-	return rc;
-}
-
-int dac_context_retrieve_if_present(int64_t context_id, dac_context **out) {
-	GUARD_FORK();
-	CHECK_OUT(out);
-	uint64_t h = 0;
-	int rc = dacgo_context_retrieve(context_id, 1, &h, err());
-	if (rc == DAC_OK)
-		*out = to_ptr(h);
-	return rc;
-}
-
-int dac_context_get_or_create(int64_t context_id, dac_context **out) {
-	GUARD_FORK();
-	CHECK_OUT(out);
-	uint64_t h = 0;
-	int rc = dacgo_context_get_or_create(context_id, &h, err());
-	if (rc == DAC_OK)
-		*out = to_ptr(h);
-	return rc;
-}
-
-int dac_context_is_valid(int64_t context_id) {
-	GUARD_FORK();
-	return dacgo_context_is_valid(context_id, err());
-}
-
 int dac_context_release(int64_t context_id) {
 	GUARD_FORK();
 	return dacgo_context_release(&tls_current, context_id, 0, NULL, err());
@@ -394,82 +349,171 @@ int dac_clear_current_context(void) {
 
 /* ---- A context, through its handle ---- */
 
-/* The slots of container.Handles, shared by Go (capi_internal.h). Reference
-** counts and context ids are served from them here, with the protocol of
-** Handles.Ref, Unref and Get; whatever the fast path cannot do (a dead or
-** never-issued handle, a reference count at its limit) goes to Go, which
-** does it or says why, so the messages stay Go's. */
-static dac_handle_shard *handle_table;
+/* The view of the container that Go publishes (capi_internal.h), fetched
+** from Go on first use; NULL until dac_init, and every fast path below then
+** goes to Go, which says DAC_ERR_NOT_INITIALIZED. */
+static dacc_view *g_view;
 
-/* The first use asks Go; out of line, so the fast paths keep a small frame. */
-static __attribute__((noinline)) dac_handle_shard *fetch_handle_table(void) {
+static __attribute__((noinline)) dacc_view *fetch_view(void) {
 	void *p = NULL;
 	dac_error_slot ignored;
-	if (dacgo_handle_table(&p, &ignored) != DAC_OK)
+	if (dacgo_view(&p, &ignored) != DAC_OK)
 		return NULL;
-	__atomic_store_n(&handle_table, (dac_handle_shard *)p, __ATOMIC_RELEASE);
+	__atomic_store_n(&g_view, (dacc_view *)p, __ATOMIC_RELEASE);
 	return p;
 }
 
-static inline __attribute__((always_inline)) dac_handle_shard *handles(void) {
-	dac_handle_shard *t = __atomic_load_n(&handle_table, __ATOMIC_ACQUIRE);
-	if (__builtin_expect(t == NULL, 0))
-		return fetch_handle_table();
-	return t;
+static inline __attribute__((always_inline)) dacc_view *view(void) {
+	dacc_view *v = __atomic_load_n(&g_view, __ATOMIC_ACQUIRE);
+	if (__builtin_expect(v == NULL, 0))
+		return fetch_view();
+	return v;
 }
 
-/* Returns the slot that handle h names (NULL if its chunk was never
-** allocated, so no such handle was issued) and its generation. */
-static inline __attribute__((always_inline)) dac_handle_slot *handle_slot(uint64_t h, dac_handle_shard **shard, uint32_t *index, uint32_t *gen) {
-	dac_handle_shard *t = handles();
-	if (t == NULL)
+static inline dacc_record *record_at(const dacc_view *v, uint32_t index) {
+	return (dacc_record *)(v->records + (uintptr_t)index * sizeof(dacc_record));
+}
+
+/* The record a handle names, or NULL if it names none that was ever mapped
+** (a forged handle, or any before dac_init). */
+static inline __attribute__((always_inline)) dacc_record *handle_record(uint64_t h, uint32_t *gen) {
+	dacc_view *v = view();
+	if (__builtin_expect(v == NULL, 0))
 		return NULL;
-	*shard = &t[h & (DAC_HANDLE_SHARDS - 1)];
-	*index = (uint32_t)(h >> DAC_HANDLE_SHARD_BITS) & ((1u << DAC_HANDLE_INDEX_BITS) - 1);
+	uint32_t index = (uint32_t)h;
+	if (__builtin_expect(index >= __atomic_load_n(&v->committed, __ATOMIC_ACQUIRE), 0))
+		return NULL;
 	*gen = (uint32_t)(h >> 32);
-	uint64_t j = (uint64_t)*index + (1u << DAC_HANDLE_CHUNK_BASE_BITS);
-	int k = 63 - __builtin_clzll(j) - DAC_HANDLE_CHUNK_BASE_BITS;
-	dac_handle_slot *chunk = __atomic_load_n(&(*shard)->chunks[k], __ATOMIC_ACQUIRE);
-	if (chunk == NULL)
-		return NULL;
-	return &chunk[j - ((uint64_t)1 << (k + DAC_HANDLE_CHUNK_BASE_BITS))];
+	return record_at(v, index);
 }
 
-static int handle_live(uint64_t state, uint32_t gen) {
-	return (uint32_t)(state >> 32) == gen && (uint32_t)state != 0;
+/* Whether a state word is the referenced life gen of its record. */
+static inline int referenced(uint64_t st, uint32_t gen) {
+	return (uint32_t)(st >> 32) == gen && (st & DACC_STATE_REFS) != 0;
 }
 
-/* Adds delta (1 or -1) to the references of a live handle, as Handles.Ref
-** and Unref do; returns 0, having changed nothing, if it cannot. The last
-** reference is never dropped here: Go's Handles.Unref kills the slot and
-** tells its context, whose host value's drop may be due (hostvalue.go). */
-static int handle_update(dac_context *ctx, int delta) {
-	dac_handle_shard *shard;
-	uint32_t index, gen;
-	dac_handle_slot *sl = handle_slot(to_handle(ctx), &shard, &index, &gen);
-	if (sl == NULL)
-		return 0;
-	uint64_t st = __atomic_load_n(&sl->state, __ATOMIC_ACQUIRE);
-	for (;;) {
-		if (!handle_live(st, gen))
-			return 0;
-		uint64_t next;
-		uint32_t refs = (uint32_t)st;
-		if (delta > 0) {
-			if (refs == 0x7fffffff)
-				return 0;
-			next = st + 1;
-		} else if (refs > 1) {
-			next = st - 1;
-		} else {
-			/* The last reference goes to Go, which tells the context that
-			** one handle fewer holds it (its host value's drop may run). */
-			return 0;
+/* How many links a lookup follows before it leaves the answer to Go: a
+** chain is that long only while Go rewrites it under a reader. */
+#define DACC_MAX_HOPS 64
+
+/* Finds a record that says it is id's (listed or not: the caller checks),
+** following the chain of id's bucket; NULL is a miss, which Go settles
+** under its lock (a reader racing a rewrite of the chain can miss). */
+static inline __attribute__((always_inline)) dacc_record *lookup(const dacc_view *v, int64_t id, uint32_t *index) {
+	uint64_t u = (uint64_t)id;
+	const dacc_buckets *b =
+	    (const dacc_buckets *)__atomic_load_n(&v->buckets[u & v->shard_mask], __ATOMIC_ACQUIRE);
+	uint64_t k = ((u >> v->shard_bits) ^ (u >> 48)) & b->mask;
+	uint32_t i = __atomic_load_n(&b->heads[k], __ATOMIC_ACQUIRE);
+	uint64_t committed = __atomic_load_n(&v->committed, __ATOMIC_ACQUIRE);
+	for (int hops = 0; i != 0 && i <= committed && hops < DACC_MAX_HOPS; hops++) {
+		dacc_record *r = record_at(v, i - 1);
+		if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) == id) {
+			*index = i - 1;
+			return r;
 		}
-		if (__atomic_compare_exchange_n(&sl->state, &st, next, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			break;
+		i = __atomic_load_n(&r->next, __ATOMIC_ACQUIRE);
 	}
+	return NULL;
+}
+
+/* Records a use for the reaper (a store only when the clock moved on). */
+static inline void touch(const dacc_view *v, dacc_record *r) {
+	int64_t now = __atomic_load_n((int64_t *)v->clock, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&r->last_used, __ATOMIC_RELAXED) != now)
+		__atomic_store_n(&r->last_used, now, __ATOMIC_RELAXED);
+}
+
+/* Takes a reference to the context listed under id, without entering Go:
+** 1 and its handle, or 0 (none, or not decidable here). The reference is
+** taken by one compare-and-swap of the state word that requires it to be
+** unchanged since its id was checked, and listed: a release (which unlists
+** first) that has returned can never be overtaken. */
+static inline __attribute__((always_inline)) int acquire(int64_t id, uint64_t *h) {
+	dacc_view *v = view();
+	if (__builtin_expect(v == NULL, 0))
+		return 0;
+	uint32_t index;
+	dacc_record *r = lookup(v, id, &index);
+	if (r == NULL)
+		return 0;
+	uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+	do {
+		if (!(st & DACC_STATE_LISTED) || (st & DACC_STATE_REFS) == DACC_STATE_REFS ||
+		    __atomic_load_n(&r->id, __ATOMIC_RELAXED) != id)
+			return 0;
+	} while (!__atomic_compare_exchange_n(&r->state, &st, st + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+	touch(v, r);
+	*h = (st >> 32) << 32 | index;
 	return 1;
+}
+
+int dac_context_current(dac_context **out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	uint64_t h = 0;
+	if (__builtin_expect(tls_current != DAC_INVALID_ID && acquire(tls_current, &h), 1)) {
+		*out = to_ptr(h);
+		return DAC_OK;
+	}
+	int rc = dacgo_context_current(tls_current, &h, err());
+	if (rc == DAC_OK)
+		*out = to_ptr(h);
+	return rc;
+}
+
+static inline __attribute__((always_inline)) int retrieve(int64_t context_id, int if_present, dac_context **out) {
+	uint64_t h = 0;
+	if (__builtin_expect(acquire(context_id, &h), 1)) {
+		*out = to_ptr(h);
+		return DAC_OK;
+	}
+	int rc = dacgo_context_retrieve(context_id, if_present, &h, err());
+	if (rc == DAC_OK)
+		*out = to_ptr(h);
+	return rc;
+}
+
+int dac_context_retrieve(int64_t context_id, dac_context **out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	return retrieve(context_id, 0, out);
+}
+
+int dac_context_retrieve_if_present(int64_t context_id, dac_context **out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	return retrieve(context_id, 1, out);
+}
+
+int dac_context_get_or_create(int64_t context_id, dac_context **out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	uint64_t h = 0;
+	if (__builtin_expect(acquire(context_id, &h), 1)) {
+		*out = to_ptr(h);
+		return DAC_OK;
+	}
+	int rc = dacgo_context_get_or_create(context_id, &h, err());
+	if (rc == DAC_OK)
+		*out = to_ptr(h);
+	return rc;
+}
+
+int dac_context_is_valid(int64_t context_id) {
+	GUARD_FORK();
+	dacc_view *v = view();
+	uint32_t index;
+	dacc_record *r = v ? lookup(v, context_id, &index) : NULL;
+	if (r != NULL) {
+		/* Listed with that id between two reads of one life of the record
+		** (a reference taken or dropped meanwhile changes nothing). */
+		uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+		if ((st & DACC_STATE_LISTED) && __atomic_load_n(&r->id, __ATOMIC_ACQUIRE) == context_id &&
+		    ((__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) ^ st) & ~DACC_STATE_REFS) == 0)
+			return DAC_OK;
+	}
+	return dacgo_context_is_valid(context_id, err());
 }
 
 /* A live handle needs no check that dac_init succeeded (it could not
@@ -479,29 +523,55 @@ static int handle_update(dac_context *ctx, int delta) {
 
 int dac_context_ref(dac_context *ctx) {
 	GUARD_FORK();
-	if (__builtin_expect(handle_update(ctx, 1), 1))
-		return DAC_OK;
-	return dacgo_context_ref(to_handle(ctx), 1, err());
+	for (;;) {
+		uint32_t gen;
+		dacc_record *r = handle_record(to_handle(ctx), &gen);
+		if (__builtin_expect(r != NULL, 1)) {
+			uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+			while (referenced(st, gen) && (st & DACC_STATE_REFS) != DACC_STATE_REFS) {
+				if (__atomic_compare_exchange_n(&r->state, &st, st + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+					return DAC_OK;
+			}
+		}
+		/* Go says why not; DACC_RETRY: the state moved meanwhile. */
+		int rc = dacgo_context_ref(to_handle(ctx), 1, err());
+		if (rc != DACC_RETRY)
+			return rc;
+	}
 }
 
 int dac_context_unref(dac_context *ctx) {
 	GUARD_FORK();
-	if (__builtin_expect(handle_update(ctx, -1), 1))
-		return DAC_OK;
-	return dacgo_context_ref(to_handle(ctx), -1, err());
+	for (;;) {
+		uint32_t gen;
+		dacc_record *r = handle_record(to_handle(ctx), &gen);
+		if (__builtin_expect(r != NULL, 1)) {
+			uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+			/* Not the last reference of a released context: that one is
+			** Go's (the record dies: its host value dropped, recycled). */
+			while (referenced(st, gen) && ((st & DACC_STATE_REFS) > 1 || (st & DACC_STATE_LISTED))) {
+				if (__atomic_compare_exchange_n(&r->state, &st, st - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+					return DAC_OK;
+			}
+		}
+		/* Go drops the last reference, or says why the handle is bad;
+		** DACC_RETRY: the state moved meanwhile. */
+		int rc = dacgo_context_ref(to_handle(ctx), -1, err());
+		if (rc != DACC_RETRY)
+			return rc;
+	}
 }
 
 int dac_context_id(dac_context *ctx, int64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	dac_handle_shard *shard;
-	uint32_t index, gen;
-	dac_handle_slot *sl = handle_slot(to_handle(ctx), &shard, &index, &gen);
-	if (__builtin_expect(sl != NULL, 1) && handle_live(__atomic_load_n(&sl->state, __ATOMIC_ACQUIRE), gen)) {
-		int64_t id = __atomic_load_n(&sl->id, __ATOMIC_ACQUIRE);
-		/* Still the same life of the slot: one that died in between has
-		** another generation now, reissued or not. */
-		if (handle_live(__atomic_load_n(&sl->state, __ATOMIC_ACQUIRE), gen)) {
+	uint32_t gen;
+	dacc_record *r = handle_record(to_handle(ctx), &gen);
+	if (__builtin_expect(r != NULL, 1) && referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
+		int64_t id = __atomic_load_n(&r->id, __ATOMIC_RELAXED);
+		/* Still the same life of the record: one that died in between has
+		** another generation now, reused or not. */
+		if (referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
 			*out = id;
 			return DAC_OK;
 		}
@@ -511,6 +581,18 @@ int dac_context_id(dac_context *ctx, int64_t *out) {
 
 int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {
 	GUARD_FORK();
+	/* Already known (among the ids C sees) through a referenced handle:
+	** nothing to add, nothing to enter Go for. */
+	uint32_t gen;
+	dacc_record *r = handle_record(to_handle(ctx), &gen);
+	if (__builtin_expect(r != NULL, 1) && referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
+		uint32_t n = __atomic_load_n(&r->nworkers, __ATOMIC_ACQUIRE);
+		if (n > DACC_INLINE_WORKERS)
+			n = DACC_INLINE_WORKERS;
+		for (uint32_t i = 0; i < n; i++)
+			if ((int32_t)r->workers[i] == worker_id)
+				return DAC_OK;
+	}
 	return dacgo_context_add_known_worker_id(to_handle(ctx), worker_id, err());
 }
 

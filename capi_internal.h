@@ -61,36 +61,50 @@ int dacgo_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, 
 int dacgo_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t *dropped, int64_t *pending,
                         dac_error_slot *e);
 int dacgo_cleanup_flush(int64_t timeout_ms, int in_callback, int64_t *pending, dac_error_slot *e);
-int dacgo_handle_table(void **out, dac_error_slot *e);
+int dacgo_view(void **out, dac_error_slot *e);
 int dacgo_context_set_host_value(uint64_t h, uint64_t value, void *drop, uint64_t *current, dac_error_slot *e);
 int dacgo_context_host_value(uint64_t h, uint64_t *out, dac_error_slot *e);
 
-/* The handle slots that Go's container.Handles shares with C, so that
-** dac_context_id, dac_context_ref and dac_context_unref are served without
-** entering Go (container/handles.go: HandleSlot, TableShard, Table; the
-** protocol is described there, and export_handles.go checks at compile time
-** that these layouts are Go's). dacgo_handle_table gives the table: one
-** dac_handle_shard per shard, outside the Go heap, valid for the life of the
-** process. A handle is generation (32 bits) | slot index (26) | shard (6);
-** chunk k of a shard holds 64 << k slots. */
-#define DAC_HANDLE_SHARD_BITS 6
-#define DAC_HANDLE_SHARDS (1 << DAC_HANDLE_SHARD_BITS)
-#define DAC_HANDLE_INDEX_BITS 26
-#define DAC_HANDLE_CHUNK_BASE_BITS 6
-#define DAC_HANDLE_CHUNKS (DAC_HANDLE_INDEX_BITS - DAC_HANDLE_CHUNK_BASE_BITS + 1)
+/* The contexts, as Go's container publishes them for C (container/
+** records.go says why and how; export_records.go checks at compile time
+** that these layouts are Go's, field by field). Go writes, C reads: C looks
+** contexts up in the index, reads their ids and known workers, and takes
+** and drops references with the protocol of the state word; everything
+** else, the last reference of a released context included, goes to Go.
+** dacgo_view gives the view once the container exists; it, the records and
+** every bucket array stay mapped for the life of the process. */
+#define DACC_INLINE_WORKERS 8
+/* What dacgo_context_ref returns when the state word moved under it and
+** the caller should try its fast path again (never a status). */
+#define DACC_RETRY (-1)
+#define DACC_MAX_SHARDS 256
+#define DACC_STATE_LISTED ((uint64_t)1 << 31)
+#define DACC_STATE_REFS (DACC_STATE_LISTED - 1)
 
-typedef struct dac_handle_slot {
-	uint64_t state; /* generation << 32 | references; no references: dead */
-	int64_t id;     /* the context id, written before state makes it live */
-	uint32_t next;  /* free list: index+1 of the next dead slot, 0: end */
-	uint32_t pad_;
-} dac_handle_slot;
+typedef struct dacc_record {
+	uint64_t state;     /* generation << 32 | listed << 31 | references */
+	int64_t id;         /* written before state lists the record */
+	uint32_t next;      /* bucket chain: index+1 of the next record, 0: end */
+	uint32_t nworkers;  /* known workers; the first DACC_INLINE_WORKERS below */
+	uint16_t workers[DACC_INLINE_WORKERS];
+	int64_t last_used;  /* coarse clock, for the reaper */
+	uint64_t host_value;
+	uintptr_t host_drop;
+} dacc_record;
 
-typedef struct dac_handle_shard {
-	uint64_t free_top; /* index+1 of the top dead slot, 0: none; only Go pops */
-	int64_t freed;     /* slots killed, by either side */
-	dac_handle_slot *chunks[DAC_HANDLE_CHUNKS];
-} dac_handle_shard;
+typedef struct dacc_buckets {
+	uint64_t mask;
+	uint32_t heads[]; /* mask+1 chain heads: index+1 of a record, 0: empty */
+} dacc_buckets;
+
+typedef struct dacc_view {
+	uintptr_t records;    /* record 0; a handle is generation << 32 | index */
+	uint64_t committed;   /* records mapped: an index past it names none */
+	uint64_t shard_mask;  /* shard of id: id & shard_mask */
+	uint64_t shard_bits;
+	uintptr_t clock;      /* the coarse clock: an int64_t of milliseconds */
+	uintptr_t buckets[DACC_MAX_SHARDS]; /* each shard's dacc_buckets */
+} dacc_view;
 
 /* Set on a thread while it runs the host's cleanup sender (capi.c), so that
 ** dac_set_cleanup_sender called from inside a sender does not wait for itself. */
@@ -147,7 +161,7 @@ static inline void dac_call_log(void *fn, void *user_data, int level, const char
 /* A host value's drop function, run where the context's last reference
 ** went: on the thread that dropped it (a release, an unref, a reap), outside
 ** every lock of the container. */
-static inline void dac_call_host_drop(void *fn, uint64_t value) {
+static inline void dac_call_host_drop(uintptr_t fn, uint64_t value) {
 	dacc_callback_enter();
 	((dac_host_value_drop)fn)(value);
 	dacc_callback_leave();

@@ -23,10 +23,7 @@ import (
 
 func main() {}
 
-var (
-	proc    container.Singleton // the process-wide container
-	handles container.Handles   // the dac_context* handed to C
-)
+var proc container.Singleton // the process-wide container
 
 // setError fills the calling thread's error slot and returns the status.
 func setError(e *C.dac_error_slot, code container.Code, msg string) C.int {
@@ -152,7 +149,7 @@ func debugInfo(c *container.Container) map[string]int64 {
 		"num_current_backward_passes": 0,
 		"max_contexts":                c.MaxContexts(),
 		"refused_contexts":            c.RefusedContexts(),
-		"live_handles":                int64(handles.Live()),
+		"live_handles":                c.LiveReferences(),
 		"go_heap_bytes":               goHeapLiveBytes(),
 	}
 	cleanupDebugInfo(m)
@@ -184,21 +181,15 @@ func dacgo_set_max_contexts(n C.int64_t, e *C.dac_error_slot) (rc C.int) {
 	return 0
 }
 
-// newHandle hands ctx to C as a new reference.
-func newHandle(ctx *container.Context, out *C.uint64_t, e *C.dac_error_slot) C.int {
-	h, err := handles.New(ctx)
-	if err != nil {
-		return fail(e, err)
-	}
-	*out = C.uint64_t(h)
-	return 0
-}
-
 // thread views the C thread-local current id as a container.Thread (both are
 // one int64).
 func thread(current *C.int64_t) *container.Thread {
 	return (*container.Thread)(unsafe.Pointer(current))
 }
+
+// The functions below that hand out a handle are capi.c's slow paths: it
+// looks contexts up and takes references itself, and comes here for what it
+// cannot decide (a miss, the exact message, a creation).
 
 //export dacgo_context_new
 func dacgo_context_new(current *C.int64_t, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
@@ -207,15 +198,11 @@ func dacgo_context_new(current *C.int64_t, out *C.uint64_t, e *C.dac_error_slot)
 	if err != nil {
 		return fail(e, err)
 	}
-	t := thread(current)
-	ctx, err := c.NewContext(t)
+	h, err := c.NewContextHandle(thread(current))
 	if err != nil {
 		return fail(e, err)
 	}
-	if rc := newHandle(ctx, out, e); rc != 0 {
-		c.ReleaseContextIfPresent(t, ctx.ID()) // all or nothing
-		return rc
-	}
+	*out = C.uint64_t(h)
 	return 0
 }
 
@@ -228,15 +215,7 @@ func dacgo_context_current(current C.int64_t, out *C.uint64_t, e *C.dac_error_sl
 	}
 	t := container.NewThread()
 	t.ForceCurrentID(int64(current))
-	ctx, err := c.CurrentContext(t)
-	if err != nil {
-		return fail(e, err)
-	}
-	h, err := handles.New(ctx)
-	if container.IsGone(err) {
-		// Released since the lookup: the native "Couldn't find".
-		return setError(e, container.ErrNotFound, container.MsgCurrentGone)
-	}
+	h, err := c.CurrentContextHandle(t)
 	if err != nil {
 		return fail(e, err)
 	}
@@ -252,25 +231,15 @@ func dacgo_context_retrieve(id C.int64_t, ifPresent C.int, out *C.uint64_t, e *C
 		return fail(e, err)
 	}
 	// One lookup decides: a second one could find what the first missed.
-	ctx, err := c.RetrieveContext(int64(id))
-	if err == nil {
-		h, herr := handles.New(ctx)
-		if herr == nil {
-			*out = C.uint64_t(h)
-			return 0
-		}
-		if !container.IsGone(herr) {
-			return fail(e, herr)
-		}
-		// Released since the lookup (its last handle gone too): as if the
-		// release came first.
-		err = container.NotFoundError(int64(id))
+	h, err := c.RetrieveContextHandle(int64(id))
+	if err != nil {
+		return fail(e, err)
 	}
-	if ifPresent != 0 {
-		*out = 0
-		return 0
+	if h == 0 && ifPresent == 0 {
+		return fail(e, container.NotFoundError(int64(id)))
 	}
-	return fail(e, err)
+	*out = C.uint64_t(h)
+	return 0
 }
 
 //export dacgo_context_get_or_create
@@ -280,21 +249,12 @@ func dacgo_context_get_or_create(id C.int64_t, out *C.uint64_t, e *C.dac_error_s
 	if err != nil {
 		return fail(e, err)
 	}
-	for {
-		ctx, err := c.GetOrCreateContext(int64(id))
-		if err != nil {
-			return fail(e, err)
-		}
-		h, err := handles.New(ctx)
-		if err == nil {
-			*out = C.uint64_t(h)
-			return 0
-		}
-		if !container.IsGone(err) {
-			return fail(e, err)
-		}
-		// Released since the lookup (and so out of the map): create anew.
+	h, err := c.GetOrCreateContextHandle(int64(id))
+	if err != nil {
+		return fail(e, err)
 	}
+	*out = C.uint64_t(h)
+	return 0
 }
 
 //export dacgo_context_is_valid
@@ -368,20 +328,31 @@ func dacgo_reap_idle_contexts(idleMs C.int64_t, released *C.int64_t, e *C.dac_er
 	return 0
 }
 
+// dacgo_context_ref is where capi.c's dac_context_ref (delta 1) and
+// dac_context_unref (-1) come when their fast path cannot act: it drops
+// the last reference of a released context (the record dies), or says why
+// the handle is bad, or returns DACC_RETRY when the state word moved and
+// the fast path may act now.
+//
 //export dacgo_context_ref
 func dacgo_context_ref(h C.uint64_t, delta C.int, e *C.dac_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
-	_, err := proc.Get() // no handle exists before dac_init
+	c, err := proc.Get() // no handle exists before dac_init
 	if err != nil {
 		return fail(e, err)
 	}
 	if delta > 0 {
-		err = handles.Ref(uint64(h))
-	} else {
-		err = handles.Unref(uint64(h))
+		if err := c.CheckRef(uint64(h)); err != nil {
+			return fail(e, err)
+		}
+		return C.DACC_RETRY
 	}
+	done, err := c.UnrefLast(uint64(h))
 	if err != nil {
 		return fail(e, err)
+	}
+	if !done {
+		return C.DACC_RETRY
 	}
 	return 0
 }
@@ -390,10 +361,11 @@ func dacgo_context_ref(h C.uint64_t, delta C.int, e *C.dac_error_slot) (rc C.int
 // starts here, so a dead handle is always DAC_ERR_BAD_HANDLE (and any handle
 // before dac_init, when none can exist, DAC_ERR_NOT_INITIALIZED).
 func handleContext(h C.uint64_t) (*container.Context, error) {
-	if _, err := proc.Get(); err != nil {
+	c, err := proc.Get()
+	if err != nil {
 		return nil, err
 	}
-	return handles.Get(uint64(h))
+	return c.HandleContext(uint64(h))
 }
 
 //export dacgo_context_id

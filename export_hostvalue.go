@@ -5,28 +5,24 @@ package main
 */
 import "C"
 
-import (
-	"unsafe"
-
-	"distautograd/container"
-)
+import "unsafe"
 
 // Drop functions are C function pointers; Go calls them through the
 // trampoline, which holds fork() back as the other calls into the host do.
 func init() {
-	container.SetHostDropper(func(fn unsafe.Pointer, value uint64) {
-		C.dac_call_host_drop(fn, C.uint64_t(value))
+	proc.SetHostDrop(func(drop uintptr, value uint64) {
+		C.dac_call_host_drop(C.uintptr_t(drop), C.uint64_t(value))
 	})
 }
 
 //export dacgo_context_set_host_value
 func dacgo_context_set_host_value(h C.uint64_t, value C.uint64_t, drop unsafe.Pointer, current *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
-	ctx, err := handleContext(h)
+	c, err := proc.Get()
 	if err != nil {
 		return fail(e, err)
 	}
-	v, err := ctx.SetHostValue(uint64(value), drop)
+	v, _, err := c.SetHostValue(uint64(h), uint64(value), uintptr(drop))
 	if err != nil {
 		return fail(e, err)
 	}
@@ -37,10 +33,14 @@ func dacgo_context_set_host_value(h C.uint64_t, value C.uint64_t, drop unsafe.Po
 //export dacgo_context_host_value
 func dacgo_context_host_value(h C.uint64_t, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
-	ctx, err := handleContext(h)
+	c, err := proc.Get()
 	if err != nil {
 		return fail(e, err)
 	}
-	*out = C.uint64_t(ctx.HostValue())
+	v, err := c.HostValue(uint64(h))
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.uint64_t(v)
 	return 0
 }

@@ -31,7 +31,7 @@ func TestHandlesStale(t *testing.T) {
 	t.Parallel()
 	assertTranscript(t, `
 		churn errors = 0
-		dead handle used while its slot was reissued: yes, wrong results = 0
+		dead handle used while its record was reused: yes, wrong results = 0
 		live_handles = 0
 	`, run(t, buildC(t, "c/handles.c"), "stale", "200000"))
 }
@@ -45,7 +45,7 @@ func TestHandlesForged(t *testing.T) {
 		dac_context_id(NULL, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle is NULL
 		dac_context_ref(NULL) -> DAC_ERR_BAD_HANDLE: distautograd: context handle is NULL
 		dac_context_unref(NULL) -> DAC_ERR_BAD_HANDLE: distautograd: context handle is NULL
-		-- a live handle's slot, another generation
+		-- a live handle's record, another generation
 		handle bad = {bad}
 		dac_context_id(bad, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)
 		dac_context_ref(bad) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)
@@ -55,17 +55,17 @@ func TestHandlesForged(t *testing.T) {
 		dac_context_id(bad, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)
 		dac_context_ref(bad) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)
 		dac_context_unref(bad) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)
-		-- a slot never allocated (the last index)
+		-- a record never mapped (the last index)
 		handle bad = {bad}
 		dac_context_id(bad, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)
 		dac_context_ref(bad) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)
 		dac_context_unref(bad) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)
-		-- a slot allocated but never issued
+		-- a record mapped but never used
 		handle bad = {bad}
 		dac_context_id(bad, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)
 		dac_context_ref(bad) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)
 		dac_context_unref(bad) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)
-		-- another shard
+		-- another record, its context listed but unreferenced
 		handle bad = {bad}
 		dac_context_id(bad, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)
 		dac_context_ref(bad) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bad} is not a live handle (never issued, or its last reference was dropped)

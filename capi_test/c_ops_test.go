@@ -296,22 +296,18 @@ func TestOpsHandles(t *testing.T) {
 	t.Parallel()
 	assertTranscript(t, `
 		handle ctx = {ctx}
-		-- each call returns a new reference, its own handle
+		-- a handle names its context: each call returns it with a new reference
 		dac_context_current(&again) -> DAC_OK
-		handle again = {again}
-		same handle: no
+		same handle: yes
 		live_handles: 2
 		dac_context_unref(again) -> DAC_OK
-		dac_context_id(again, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {again} is not a live handle (never issued, or its last reference was dropped)
-		dac_context_unref(again) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {again} is not a live handle (never issued, or its last reference was dropped)
-		dac_context_ref(again) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {again} is not a live handle (never issued, or its last reference was dropped)
 		-- ref and unref count
 		dac_context_ref(ctx) -> DAC_OK
 		dac_context_unref(ctx) -> DAC_OK
 		dac_context_id(ctx, &id) -> DAC_OK
 		id = 844424930131968 (worker 3, counter 0)
 		dac_context_unref(ctx) -> DAC_OK
-		-- dead now: every use fails, nothing crashes
+		-- no reference left: every use fails, nothing crashes
 		dac_context_id(ctx, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {ctx} is not a live handle (never issued, or its last reference was dropped)
 		dac_context_unref(ctx) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {ctx} is not a live handle (never issued, or its last reference was dropped)
 		dac_context_ref(ctx) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {ctx} is not a live handle (never issued, or its last reference was dropped)
@@ -333,18 +329,25 @@ func TestOpsHandles(t *testing.T) {
 		handle bogus = {bogus}
 		dac_context_id(bogus, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bogus} is not a live handle (never issued, or its last reference was dropped)
 		dac_context_unref(bogus) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {bogus} is not a live handle (never issued, or its last reference was dropped)
-		-- a slot reused under a new generation: the old handle stays dead
+		-- looked up again: the same handle, referenced again
 		dac_context_retrieve(id, &next) -> DAC_OK
-		handle next = {next}
-		same slot as ctx: yes, same handle: no
-		dac_context_id(ctx, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {ctx} is not a live handle (never issued, or its last reference was dropped)
-		dac_context_unref(ctx) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {ctx} is not a live handle (never issued, or its last reference was dropped)
+		same handle as ctx: yes
 		dac_context_id(next, &id) -> DAC_OK
 		id = 844424930131968 (worker 3, counter 0)
 		handle forged = {forged}
 		dac_context_id(forged, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {forged} is not a live handle (never issued, or its last reference was dropped)
+		-- released, it stays readable through its handle until the last reference goes
 		dac_context_release(id) -> DAC_OK
+		dac_context_id(next, &id) -> DAC_OK
 		dac_context_unref(next) -> DAC_OK
+		-- then the handle is dead for good, whatever reuses its record
+		dac_context_id(next, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {ctx} is not a live handle (never issued, or its last reference was dropped)
+		dac_context_ref(next) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {ctx} is not a live handle (never issued, or its last reference was dropped)
+		dac_context_get_or_create(id, &again) -> DAC_OK
+		same handle as before: no
+		dac_context_id(next, &id) -> DAC_ERR_BAD_HANDLE: distautograd: context handle {ctx} is not a live handle (never issued, or its last reference was dropped)
+		dac_context_release(id) -> DAC_OK
+		dac_context_unref(again) -> DAC_OK
 		live_handles: 0
 	`, run(t, buildC(t, "c/ops.c"), "handles"))
 }

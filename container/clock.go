@@ -3,6 +3,7 @@ package container
 import (
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -14,7 +15,7 @@ const clockTick = 10 * time.Millisecond
 
 var (
 	clockStart = time.Now()
-	clockMs    atomic.Int64
+	clockMs    *atomic.Int64 // outside the Go heap: C's lookups read it too
 	clockOnce  sync.Once
 )
 
@@ -23,7 +24,18 @@ func coarseNow() int64 {
 	return clockMs.Load()
 }
 
+// clockWord returns the clock's address, for C (View.Clock), started.
+func clockWord() *atomic.Int64 {
+	clockOnce.Do(startClock)
+	return clockMs
+}
+
 func startClock() {
+	p, err := offHeap(8, syscall.PROT_READ|syscall.PROT_WRITE)
+	if err != nil {
+		panic(err) // no room for 8 bytes: nothing else will work either
+	}
+	clockMs = (*atomic.Int64)(p)
 	clockMs.Store(time.Since(clockStart).Milliseconds())
 	go func() {
 		for range time.Tick(clockTick) {

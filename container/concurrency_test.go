@@ -215,43 +215,58 @@ func TestConcurrentKnownWorkers(t *testing.T) {
 	assert.Equal(t, goroutines*100, sends)
 }
 
-// Handles from many goroutines: every live handle is distinct, references
-// count, and the count of live handles goes back to zero.
-func TestConcurrentHandles(t *testing.T) {
-	var hs container.Handles
+// Records from many goroutines: handles to contexts that are created,
+// looked up, released and dropped all at once name their own context while
+// referenced, die exactly once (their host value dropped once), and leave
+// nothing behind; the index grows under it all.
+func TestConcurrentRecords(t *testing.T) {
 	c := newContainer(t)
-	ctxs := make([]*container.Context, 64)
-	for i := range ctxs {
-		ctxs[i] = newTestContext(t, c, first3+int64(i))
-	}
-	var mu sync.Mutex
-	live := map[uint64]bool{}
+	var drops sync.Map
+	c.SetHostDrop(func(drop uintptr, value uint64) {
+		_, twice := drops.LoadOrStore(value, true)
+		assert.False(t, twice, "host value %d dropped twice", value)
+		assert.Equal(t, uintptr(7), drop)
+	})
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Go(func() {
-			for k := range 5000 {
-				ctx := ctxs[(g+k)%len(ctxs)]
-				h, err := hs.New(ctx)
+			for k := range 2000 {
+				id := first3 + int64(g*100000+k)
+				h, err := c.GetOrCreateContextHandle(id)
 				if !assert.NoError(t, err) {
 					return
 				}
-				mu.Lock()
-				assert.False(t, live[h], "handle %#x handed out twice at once", h)
-				live[h] = true
-				mu.Unlock()
-				got, err := hs.Get(h)
+				ctx, err := c.HandleContext(h)
 				assert.NoError(t, err)
-				assert.Same(t, ctx, got)
-				assert.NoError(t, hs.Ref(h))
-				assert.NoError(t, hs.Unref(h))
-				mu.Lock()
-				delete(live, h)
-				mu.Unlock()
-				assert.NoError(t, hs.Unref(h))
-				assert.Error(t, hs.Unref(h), "dead after the last unref")
+				assert.Equal(t, id, ctx.ID())
+				ctx.AddKnownWorkerID(uint16(k % 9))
+				_, _, err = c.SetHostValue(h, uint64(id), 7)
+				assert.NoError(t, err)
+				// A neighbour's context, looked up and released while its
+				// owner uses it: the owner's handle keeps it readable.
+				other := first3 + int64(((g+1)%goroutines)*100000+k)
+				if ctx := c.RetrieveContextIfPresent(other); ctx != nil {
+					assert.Equal(t, other, ctx.ID())
+				}
+				if k%3 == 0 {
+					c.ReleaseContextIfPresent(nil, other)
+				}
+				c.ReleaseContextIfPresent(nil, id)
+				ctx, err = c.HandleContext(h)
+				assert.NoError(t, err, "released but referenced: readable")
+				assert.Equal(t, id, ctx.ID())
+				done, err := c.UnrefLast(h)
+				assert.NoError(t, err)
+				assert.True(t, done, "a released context's last reference kills it")
+				_, err = c.HandleContext(h)
+				assert.Equal(t, container.ErrBadHandle, container.CodeOf(err), "dead after the last reference")
 			}
 		})
 	}
 	wg.Wait()
-	assert.Zero(t, hs.Live())
+	assert.Zero(t, c.NumContexts())
+	assert.Zero(t, c.LiveReferences())
+	n := 0
+	drops.Range(func(any, any) bool { n++; return true })
+	assert.Equal(t, goroutines*2000, n, "every context's host value dropped once")
 }

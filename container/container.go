@@ -3,45 +3,44 @@ package container
 import (
 	"math/bits"
 	"runtime"
-	"sync"
 	"sync/atomic"
+	"syscall"
+	"unsafe"
 )
 
 // Container holds the contexts of one worker and hands out its ids. The C
 // ABI keeps one per process (see Singleton); tests and simulations hold many.
 // Every method is safe for concurrent use.
 //
-// Locking: contexts live in shards, each a map under its own RWMutex, picked
-// by the low bits of the id (consecutive ids land in different shards, so
-// threads creating contexts do not contend). A method takes at most one shard
-// lock at a time and never calls out (to a Notifier, to a context's lock)
-// while holding it, so no lock order exists to get wrong.
+// Storage: each context has a record (records.go) outside the Go heap, and
+// the records are indexed by id in shards, each a chained hash table under
+// its own RWMutex, picked by the low bits of the id as the native component
+// picks its shards (consecutive ids land in different shards, so threads
+// creating contexts do not contend). C reads the same index without locks.
 //
-// Why shards and not sync.Map: both were measured on the mixed workload of
-// BenchmarkMaps (new+release, retrieve, get-or-create from 1 to 16 goroutines);
-// sync.Map allocates on every store and is slower for the insert/delete churn
-// that every pass causes, while reads are equally cheap with an RLock on an
-// uncontended shard. The shard count follows the native component: the next
-// power of two at or above twice the core count.
+// Locking: a method takes at most one shard lock at a time and never calls
+// out (to a Notifier, to a host's drop function) while holding it; a
+// context's own lock may be taken under a shard lock (to detach a dying
+// record), never the other way round.
 type Container struct {
 	worker   int16 // as the native component stores it: see Init's quirk
 	workerID int64 // as given to New, in [0, 65535]
 	ctxIDs   counter
 	msgIDs   counter
 
-	shards []shard
-	mask   int64
+	shards    []indexShard
+	shardBits uint
+	mask      int64
+	recs      recordTable
+	view      *View
 
 	live     atomic.Int64 // contexts stored now
 	maxLive  atomic.Int64 // cap on live contexts; 0: none
 	refused  atomic.Int64 // contexts refused by the cap
 	notifier atomic.Pointer[notifierBox]
-}
+	dropper  atomic.Pointer[HostDropFunc]
 
-type shard struct {
-	mu sync.RWMutex
-	m  map[int64]*Context
-	_  [64 - 32]byte // keep neighbouring shard locks off one cache line
+	shardCount int // as asked for (WithShards), before rounding
 }
 
 // Notifier is told, outside every lock, which known workers of a released
@@ -53,12 +52,17 @@ type Notifier interface {
 
 type notifierBox struct{ n Notifier }
 
+// HostDropFunc calls a host's drop function on its value (SetHostValue);
+// the C ABI sets one that calls the C function pointer.
+type HostDropFunc func(drop uintptr, value uint64)
+
 // Option configures a Container made by New.
 type Option func(*Container)
 
-// WithShards sets the number of shards (rounded up to a power of two).
+// WithShards sets the number of shards (rounded up to a power of two, at
+// most MaxShards).
 func WithShards(n int) Option {
-	return func(c *Container) { c.setShards(n) }
+	return func(c *Container) { c.shardCount = n }
 }
 
 // WithCounterOffsets starts the context and message counters at the given
@@ -80,26 +84,57 @@ func New(workerID int64, opts ...Option) (*Container, error) {
 	if workerID < 0 || workerID > MaxWorkerID {
 		return nil, errWorkerRange
 	}
-	c := &Container{worker: int16(workerID), workerID: workerID}
+	c := &Container{worker: int16(workerID), workerID: workerID, shardCount: DefaultShards()}
 	c.ctxIDs.reset(workerID, "context")
 	c.msgIDs.reset(workerID, "autograd message")
-	c.setShards(DefaultShards())
 	for _, o := range opts {
 		o(c)
+	}
+	if err := c.initStorage(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
-func (c *Container) setShards(n int) {
-	n = 1 << bits.Len(uint(max(1, n)-1))
-	c.shards = make([]shard, n)
-	for i := range c.shards {
-		c.shards[i].m = make(map[int64]*Context)
+// initStorage maps the records and the view C reads, and makes the shards.
+func (c *Container) initStorage() error {
+	n := 1 << bits.Len(uint(min(max(1, c.shardCount), MaxShards)-1))
+	if err := c.recs.init(); err != nil {
+		return err
 	}
+	p, err := offHeap(int(unsafe.Sizeof(View{})), syscall.PROT_READ|syscall.PROT_WRITE)
+	if err != nil {
+		return err
+	}
+	c.view = (*View)(p)
+	c.view.Records = uintptr(c.recs.base)
+	c.view.ShardMask = uint64(n - 1)
+	c.view.ShardBits = uint64(bits.TrailingZeros(uint(n)))
+	c.recs.onCommit = func(n int) { c.view.Committed.Store(uint64(n)) }
+	c.view.Clock = uintptr(unsafe.Pointer(clockWord()))
+	c.shards = make([]indexShard, n)
+	c.shardBits = uint(bits.TrailingZeros(uint(n)))
 	c.mask = int64(n - 1)
+	for i := range c.shards {
+		b, err := newBucketArray(initialBuckets)
+		if err != nil {
+			return err
+		}
+		c.shards[i].buckets = b
+		c.shards[i].slot = i
+		c.view.Buckets[i].Store(uintptr(unsafe.Pointer(b)))
+	}
+	return nil
 }
 
-func (c *Container) shard(id int64) *shard { return &c.shards[id&c.mask] }
+// initialBuckets is each shard's first bucket array size.
+const initialBuckets = 64
+
+func (c *Container) shard(id int64) *indexShard { return &c.shards[id&c.mask] }
+
+// View returns what the container publishes for C (capi_internal.h:
+// dacc_view), valid for the life of the process.
+func (c *Container) View() unsafe.Pointer { return unsafe.Pointer(c.view) }
 
 // WorkerID returns the worker id given to New, in [0, 65535]. (The native
 // getWorkerId returns it as an int16_t: int16(WorkerID()).)
@@ -128,6 +163,16 @@ func (c *Container) MaxContexts() int64 { return c.maxLive.Load() }
 // RefusedContexts returns how many contexts the cap has refused.
 func (c *Container) RefusedContexts() int64 { return c.refused.Load() }
 
+// SetHostDrop sets what runs a host's drop function when a record with a
+// host value dies (nil: the values are forgotten).
+func (c *Container) SetHostDrop(f HostDropFunc) {
+	if f == nil {
+		c.dropper.Store(nil)
+		return
+	}
+	c.dropper.Store(&f)
+}
+
 // SetNotifier sets who is told about releases (nil: nobody).
 func (c *Container) SetNotifier(n Notifier) {
 	if n == nil {
@@ -153,72 +198,117 @@ func (c *Container) reserve() error {
 // past the cap; a failure changes nothing (the native component sets the
 // current id before its overflow assert, and then aborts).
 func (c *Container) NewContext(t *Thread) (*Context, error) {
+	ctx, _, err := c.newContext(t, false)
+	return ctx, err
+}
+
+// NewContextHandle is NewContext for the C ABI: it also returns a handle
+// to the context, holding one reference.
+func (c *Container) NewContextHandle(t *Thread) (uint64, error) {
+	_, h, err := c.newContext(t, true)
+	return h, err
+}
+
+func (c *Container) newContext(t *Thread, ref bool) (*Context, uint64, error) {
 	if t.current != InvalidID {
-		return nil, errAlreadyHasCtx
+		return nil, 0, errAlreadyHasCtx
 	}
 	if err := c.reserve(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	id, err := c.ctxIDs.take()
 	if err != nil {
 		c.live.Add(-1)
-		return nil, err
+		return nil, 0, err
 	}
-	ctx := newContext(id)
 	s := c.shard(id)
 	s.mu.Lock()
 	// A get-or-create naming an id of this worker not issued yet may have
 	// stored it first: keep that context, as the native emplace does (and
 	// count it once).
-	if prev := s.m[id]; prev != nil {
-		ctx = prev
-		ctx.touch()
-		c.live.Add(-1)
-	} else {
-		s.m[id] = ctx
-	}
+	ctx, h, created, err := c.getOrCreateLocked(s, id, ref)
 	s.mu.Unlock()
+	if err != nil {
+		c.live.Add(-1)
+		return nil, 0, err
+	}
+	if !created {
+		c.live.Add(-1)
+	}
 	t.current = id
-	return ctx, nil
+	return ctx, h, nil
 }
 
 // GetOrCreateContext returns the context stored under id, or stores a new
 // one under it (a message from another worker naming a pass this worker has
 // not seen). It does not touch any thread's current id.
 func (c *Container) GetOrCreateContext(id int64) (*Context, error) {
+	ctx, _, err := c.getOrCreate(id, false)
+	return ctx, err
+}
+
+// GetOrCreateContextHandle is GetOrCreateContext for the C ABI: it returns
+// a handle to the context, holding one reference.
+func (c *Container) GetOrCreateContextHandle(id int64) (uint64, error) {
+	_, h, err := c.getOrCreate(id, true)
+	return h, err
+}
+
+func (c *Container) getOrCreate(id int64, ref bool) (*Context, uint64, error) {
 	s := c.shard(id)
 	s.mu.RLock()
-	ctx := s.m[id]
+	ctx, h, err := c.lookupLocked(s, id, ref)
 	s.mu.RUnlock()
-	if ctx != nil {
-		ctx.touch()
-		return ctx, nil
+	if ctx != nil || err != nil {
+		return ctx, h, err
 	}
 	if err := c.reserve(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	s.mu.Lock()
-	if ctx = s.m[id]; ctx == nil {
-		ctx = newContext(id)
-		s.m[id] = ctx
-		s.mu.Unlock()
-		return ctx, nil
-	}
+	ctx, h, created, err := c.getOrCreateLocked(s, id, ref)
 	s.mu.Unlock()
-	c.live.Add(-1) // another thread created it first
-	ctx.touch()
-	return ctx, nil
+	if !created {
+		c.live.Add(-1) // another thread created it first, or it failed
+	}
+	return ctx, h, err
+}
+
+// getOrCreateLocked returns the context listed under id or creates it (the
+// caller counted it live), with a referenced handle if ref; s.mu is held.
+func (c *Container) getOrCreateLocked(s *indexShard, id int64, ref bool) (ctx *Context, h uint64, created bool, err error) {
+	if ctx, h, err = c.lookupLocked(s, id, ref); ctx != nil || err != nil {
+		return ctx, h, false, err
+	}
+	ctx, h, err = c.create(s, id, ref)
+	return ctx, h, err == nil, err
+}
+
+// lookupLocked returns the context listed under id (nil if none), touched,
+// with a referenced handle if ref; s.mu is held (either way).
+func (c *Container) lookupLocked(s *indexShard, id int64, ref bool) (*Context, uint64, error) {
+	r, idx := c.find(s, id)
+	if r == nil {
+		return nil, 0, nil
+	}
+	touchRecord(r)
+	ctx := c.recs.ctxSlot(idx).Load()
+	if !ref {
+		return ctx, 0, nil
+	}
+	h, err := retain(r, idx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return ctx, h, nil
 }
 
 // RetrieveContextIfPresent returns the context stored under id, or nil.
 func (c *Container) RetrieveContextIfPresent(id int64) *Context {
 	s := c.shard(id)
 	s.mu.RLock()
-	ctx := s.m[id]
+	ctx, _, _ := c.lookupLocked(s, id, false)
 	s.mu.RUnlock()
-	if ctx != nil {
-		ctx.touch()
-	}
 	return ctx
 }
 
@@ -230,13 +320,23 @@ func (c *Container) RetrieveContext(id int64) (*Context, error) {
 	return nil, errNotFound(id)
 }
 
+// RetrieveContextHandle returns a handle, holding one reference, to the
+// context stored under id; 0 and no error if there is none.
+func (c *Container) RetrieveContextHandle(id int64) (uint64, error) {
+	s := c.shard(id)
+	s.mu.RLock()
+	_, h, err := c.lookupLocked(s, id, true)
+	s.mu.RUnlock()
+	return h, err
+}
+
 // IsValidContext returns nil if a context is stored under id, else ErrNotFound.
 func (c *Container) IsValidContext(id int64) error {
 	s := c.shard(id)
 	s.mu.RLock()
-	_, ok := s.m[id]
+	r, _ := c.find(s, id)
 	s.mu.RUnlock()
-	if !ok {
+	if r == nil {
 		return errNotFound(id)
 	}
 	return nil
@@ -254,6 +354,18 @@ func (c *Container) CurrentContext(t *Thread) (*Context, error) {
 	return nil, errCurrentGone
 }
 
+// CurrentContextHandle is CurrentContext for the C ABI, with a handle.
+func (c *Container) CurrentContextHandle(t *Thread) (uint64, error) {
+	if t.current == InvalidID {
+		return 0, errNoCurrentContext
+	}
+	h, err := c.RetrieveContextHandle(t.current)
+	if err == nil && h == 0 {
+		err = errCurrentGone
+	}
+	return h, err
+}
+
 // ReleaseContext removes the context stored under id (ErrNotFound if none),
 // resets t's current id if it is id (t may be nil: no thread), and tells the
 // Notifier about its known workers. Other threads keep their stale ids.
@@ -269,12 +381,15 @@ func (c *Container) ReleaseContext(t *Thread, id int64) error {
 func (c *Container) ReleaseContextIfPresent(t *Thread, id int64) bool {
 	s := c.shard(id)
 	s.mu.Lock()
-	ctx, ok := s.m[id]
-	if ok {
-		delete(s.m, id)
+	r, idx := c.find(s, id)
+	var ctx *Context
+	var d dying
+	if r != nil {
+		ctx = c.recs.ctxSlot(idx).Load()
+		d = c.unlist(s, r, idx)
 	}
 	s.mu.Unlock()
-	if !ok {
+	if r == nil {
 		return false
 	}
 	c.live.Add(-1)
@@ -282,7 +397,7 @@ func (c *Container) ReleaseContextIfPresent(t *Thread, id int64) bool {
 		t.current = InvalidID
 	}
 	c.notify(ctx)
-	ctx.leftContainer()
+	c.drop(d)
 	return true
 }
 
@@ -296,26 +411,29 @@ func (c *Container) notify(ctx *Context) {
 	}
 }
 
-// releaseWhere releases every context for which keep returns false, fanning
+// releaseWhere releases every context for which drop returns true, fanning
 // out as a release does, and returns how many it released.
-func (c *Container) releaseWhere(drop func(*Context) bool) int {
+func (c *Container) releaseWhere(drop func(*Context, *Record) bool) int {
 	released := 0
 	var batch []*Context
+	var dead []dying
 	for i := range c.shards {
 		s := &c.shards[i]
-		batch = batch[:0]
+		batch, dead = batch[:0], dead[:0]
 		s.mu.Lock()
-		for id, ctx := range s.m {
-			if drop(ctx) {
-				delete(s.m, id)
+		c.each(s, func(r *Record, idx uint32) {
+			if ctx := c.recs.ctxSlot(idx).Load(); drop(ctx, r) {
 				batch = append(batch, ctx)
+				dead = append(dead, c.unlist(s, r, idx))
 			}
-		}
+		})
 		s.mu.Unlock()
 		c.live.Add(-int64(len(batch)))
 		for _, ctx := range batch {
 			c.notify(ctx)
-			ctx.leftContainer()
+		}
+		for _, d := range dead {
+			c.drop(d)
 		}
 		released += len(batch)
 	}
@@ -329,7 +447,7 @@ func (c *Container) ReleaseContextsOfWorker(originWorker int) (int, error) {
 	if originWorker < 0 || originWorker > MaxWorkerID {
 		return 0, errWorkerRange
 	}
-	return c.releaseWhere(func(ctx *Context) bool { return OriginWorker(ctx.id) == originWorker }), nil
+	return c.releaseWhere(func(ctx *Context, _ *Record) bool { return OriginWorker(ctx.id) == originWorker }), nil
 }
 
 // ReapIdleContexts releases every context not used (created, retrieved,
@@ -340,7 +458,7 @@ func (c *Container) ReapIdleContexts(idleMs int64) (int, error) {
 		return 0, Errorf(ErrInvalidArgument, "max_idle_ms must be >= 0, got %d", idleMs)
 	}
 	now := coarseNow()
-	return c.releaseWhere(func(ctx *Context) bool { return now-ctx.lastUsed.Load() >= idleMs }), nil
+	return c.releaseWhere(func(_ *Context, r *Record) bool { return now-r.LastUsed.Load() >= idleMs }), nil
 }
 
 // NewAutogradMessageID returns the next autograd message id, or ErrExhausted.
@@ -361,9 +479,7 @@ func (c *Container) ContextIDs() []int64 {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.RLock()
-		for id := range s.m {
-			ids = append(ids, id)
-		}
+		c.each(s, func(r *Record, _ uint32) { ids = append(ids, r.ID.Load()) })
 		s.mu.RUnlock()
 	}
 	return ids

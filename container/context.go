@@ -13,9 +13,12 @@ import (
 // A Context stays readable after it was released from its container, for
 // whoever still holds it (the native API hands out shared pointers).
 type Context struct {
-	id       int64
-	lastUsed atomic.Int64 // coarse clock reading (see clock.go), for ReapIdle
-	hs       hostState    // host value and lifetime (hostvalue.go)
+	id int64
+	// rec is the context's record (records.go) while it has one: from its
+	// creation until it is out of the container and unreferenced. Cleared,
+	// under mu, before the record is recycled, so that nothing written
+	// through a context that outlived its record lands in another's.
+	rec atomic.Pointer[Record]
 
 	mu      sync.Mutex
 	workers []uint16            // known worker ids, in insertion order; small, so a slice
@@ -28,18 +31,23 @@ type Context struct {
 // than a map.
 const manyWorkers = 32
 
-func newContext(id int64) *Context {
-	c := &Context{id: id}
-	c.touch()
-	return c
-}
+func newContext(id int64) *Context { return &Context{id: id} }
 
 // ID returns the context id.
 func (c *Context) ID() int64 { return c.id }
 
+// touch records a use for the reaper. (A store racing the record's
+// recycling can only date its next context by a few milliseconds, to a
+// moment it was being created: harmless.)
 func (c *Context) touch() {
-	if now := coarseNow(); c.lastUsed.Load() != now {
-		c.lastUsed.Store(now)
+	if r := c.rec.Load(); r != nil {
+		touchRecord(r)
+	}
+}
+
+func touchRecord(r *Record) {
+	if now := coarseNow(); r.LastUsed.Load() != now {
+		r.LastUsed.Store(now)
 	}
 }
 
@@ -58,6 +66,12 @@ func (c *Context) AddKnownWorkerID(workerID uint16) {
 		return
 	}
 	c.workers = append(c.workers, workerID)
+	if r := c.rec.Load(); r != nil { // for C's lookups: the worker, then the count
+		if n := len(c.workers); n <= InlineWorkers {
+			r.Workers[n-1] = workerID
+		}
+		r.NWorkers.Store(uint32(len(c.workers)))
+	}
 	if c.workSet == nil && len(c.workers) > manyWorkers {
 		c.workSet = make(map[uint16]struct{}, 2*len(c.workers))
 		for _, w := range c.workers {

@@ -13,6 +13,18 @@ type Singleton struct {
 	c        atomic.Pointer[Container]
 	opts     []Option
 	notifier Notifier
+	drop     HostDropFunc
+}
+
+// SetHostDrop sets what runs hosts' drop functions, now if the container
+// exists and at Init otherwise, so that no record dies without it.
+func (s *Singleton) SetHostDrop(f HostDropFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.drop = f
+	if c := s.c.Load(); c != nil {
+		c.SetHostDrop(f)
+	}
 }
 
 // SetNotifier sets who the container tells about releases, now if it exists
@@ -65,6 +77,7 @@ func (s *Singleton) Init(workerID int64) (*Container, error) {
 		return nil, err
 	}
 	c.SetNotifier(s.notifier)
+	c.SetHostDrop(s.drop)
 	s.c.Store(c)
 	return c, nil
 }

@@ -82,11 +82,16 @@ extern "C" {
 /* The sentinel current context id of a thread that has none. */
 #define DAC_INVALID_ID ((int64_t)-1)
 
-/* A reference to a context. It keeps the context readable (id, known workers,
-** functions) after the context was released from the container, until the
-** last reference is dropped with dac_context_unref. Every function that
-** returns a handle returns a new reference that the caller must drop. Using a
-** handle after dropping it is DAC_ERR_BAD_HANDLE, never undefined behaviour. */
+/* A handle to a context: it names the context, and every function that
+** returns one returns a new reference to it, which the caller must drop
+** with dac_context_unref (two lookups of one context give the same handle
+** value, holding two references). References keep the context readable (id,
+** known workers, functions) after it was released from the container, until
+** the last one is dropped. A handle with no reference held is
+** DAC_ERR_BAD_HANDLE, never undefined behaviour and never another context:
+** once its context is released and its last reference dropped it is dead
+** for good; while its context is still stored, a lookup that returns it
+** again makes it usable again. */
 typedef struct dac_context dac_context;
 
 /* ---- Library ------------------------------------------------------------ */
@@ -145,7 +150,8 @@ int dac_new_autograd_message_id(int64_t *out);
 ** may be NULL when capacity is 0) and its full length without the NUL into
 ** *length. Keys: num_autograd_contexts, num_current_backward_passes (always 0:
 ** distautograd runs no backward passes), max_contexts, refused_contexts,
-** live_handles, go_heap_bytes (the Go heap's live bytes as of the last
+** live_handles (references held through handles, over all contexts),
+** go_heap_bytes (the Go heap's live bytes as of the last
 ** garbage collection: what the library's own memory keeps, for leak checks),
 ** and the fan-out's counters cleanup_sent, cleanup_retried, cleanup_failed,
 ** cleanup_dropped, cleanup_skipped and cleanup_pending. */
@@ -241,8 +247,9 @@ int dac_clear_current_context(void);
 /* Adds a reference to ctx; drop it with dac_context_unref. */
 int dac_context_ref(dac_context *ctx);
 
-/* Drops a reference to ctx. After the last one, ctx is dead: any use of it,
-** a second unref included, is DAC_ERR_BAD_HANDLE. NULL is DAC_ERR_BAD_HANDLE. */
+/* Drops a reference to ctx. With none left, any use of ctx, a second unref
+** included, is DAC_ERR_BAD_HANDLE (see dac_context). NULL is
+** DAC_ERR_BAD_HANDLE. */
 int dac_context_unref(dac_context *ctx);
 
 /* Writes the context's id. */

@@ -97,11 +97,14 @@ int main(void) {
 	MUST(dac_context_get_or_create(released_id, &released));
 	MUST(dac_context_add_known_worker_id(released, 4));
 	MUST(dac_context_release(released_id)); /* queues a cleanup message: the fan-out has started */
-	/* A dead handle, and one whose slot was given out again since: same
-	** shard (the low bits of the id), the slot the free list gives back. */
-	MUST(dac_context_get_or_create(((int64_t)5 << 48) | 64, &dead));
+	/* A dead handle (its context released, its last reference dropped),
+	** and one whose record was given out again since: same shard (the low
+	** bits of the id, at most 256 shards), the record the free list gives
+	** back. */
+	MUST(dac_context_get_or_create(((int64_t)5 << 48) | 256, &dead));
+	MUST(dac_context_release(((int64_t)5 << 48) | 256));
 	MUST(dac_context_unref(dead));
-	MUST(dac_context_get_or_create(((int64_t)5 << 48) | 128, &reissued));
+	MUST(dac_context_get_or_create(((int64_t)5 << 48) | 512, &reissued));
 	printf("a dead handle's slot was given out again: %s\n",
 	       reissued != dead && ((uintptr_t)reissued & 0xffffffffu) == ((uintptr_t)dead & 0xffffffffu) ? "yes" : "no");
 	int on_stack = 0;

@@ -1,10 +1,13 @@
 /* handles: the reference counts and context ids that capi.c serves without
-** entering Go, from the slots it shares with Go's container.Handles. Usage:
+** entering Go, from the records Go's container publishes. Usage:
 **   handles shared THREADS CYCLES  THREADS pthreads ref, read and unref one
-**                                  handle, and churn handles of their own in
-**                                  its shard, at once; the last unref kills it
-**   handles stale CYCLES           one thread reissues a shard's slots while
-**                                  another uses a dead handle of that shard
+**                                  handle, look its context up again (the
+**                                  same handle) and churn contexts of their
+**                                  own, whose records die and are reused,
+**                                  at once; the last unref leaves it dead
+**   handles stale CYCLES           one thread reuses records of a shard
+**                                  while another uses a dead handle whose
+**                                  record is among them
 **   handles forged                 handles that were never issued
 ** Each prints a transcript for c_handles_test.go. */
 #include "check.h"
@@ -34,6 +37,8 @@ struct shared {
 	long errors;
 };
 
+static struct shared shared_args[64];
+
 static void *shared_main(void *arg) {
 	struct shared *s = arg;
 	pthread_barrier_wait(&start);
@@ -46,11 +51,17 @@ static void *shared_main(void *arg) {
 			s->errors++;
 		if (dac_context_unref(s->h) != DAC_OK)
 			s->errors++;
-		/* A handle of its own to the same context: same shard, so slots
-		** die and are reissued under the shared one's feet. */
-		if (dac_context_retrieve(s->want, &own) != DAC_OK || own == s->h)
+		/* Looked up again: the same handle, one more reference. */
+		if (dac_context_retrieve(s->want, &own) != DAC_OK || own != s->h)
 			s->errors++;
 		else if (dac_context_id(own, &id) != DAC_OK || id != s->want || dac_context_unref(own) != DAC_OK)
+			s->errors++;
+		/* A context of its own in the same shard, made, released and
+		** dropped: records die and are reused beside the shared one. */
+		dac_context *mine = NULL;
+		int64_t mine_id = ctx_id(7 + 256 * (int)(s - shared_args + 1));
+		if (dac_context_get_or_create(mine_id, &mine) != DAC_OK || dac_context_release(mine_id) != DAC_OK ||
+		    dac_context_id(mine, &id) != DAC_OK || id != mine_id || dac_context_unref(mine) != DAC_OK)
 			s->errors++;
 	}
 	/* Its own reference: the last thread to get here kills the handle. */
@@ -60,7 +71,7 @@ static void *shared_main(void *arg) {
 }
 
 static void shared(int threads, long cycles) {
-	struct shared s[64];
+	struct shared *s = shared_args;
 	pthread_t t[64];
 	REQUIRE(threads >= 1 && threads <= 64);
 	dac_context *h = NULL;
@@ -103,14 +114,18 @@ static void *churn_main(void *arg) {
 	for (long i = 0; i < c->cycles; i++) {
 		dac_context *a = NULL, *b = NULL;
 		int64_t id = -1;
-		/* Two live at once, so more than one slot of the shard turns over. */
-		if (dac_context_retrieve(ctx_id(1), &a) != DAC_OK || dac_context_retrieve(ctx_id(65), &b) != DAC_OK) {
+		/* Two at once in the dead one's shard, made, released and dropped,
+		** so that its record turns over again and again. */
+		if (dac_context_get_or_create(ctx_id(1 + 256), &a) != DAC_OK ||
+		    dac_context_get_or_create(ctx_id(1 + 512), &b) != DAC_OK) {
 			c->errors++;
 			continue;
 		}
-		if (dac_context_id(a, &id) != DAC_OK || id != ctx_id(1))
+		if (dac_context_id(a, &id) != DAC_OK || id != ctx_id(1 + 256))
 			c->errors++;
-		if (dac_context_id(b, &id) != DAC_OK || id != ctx_id(65))
+		if (dac_context_id(b, &id) != DAC_OK || id != ctx_id(1 + 512))
+			c->errors++;
+		if (dac_context_release(ctx_id(1 + 256)) != DAC_OK || dac_context_release(ctx_id(1 + 512)) != DAC_OK)
 			c->errors++;
 		if (dac_context_unref(a) != DAC_OK || dac_context_unref(b) != DAC_OK)
 			c->errors++;
@@ -122,8 +137,9 @@ static void *churn_main(void *arg) {
 static void stale(long cycles) {
 	dac_context *ctx = NULL, *dead = NULL;
 	MUST(dac_context_get_or_create(ctx_id(1), &ctx));
-	MUST(dac_context_get_or_create(ctx_id(65), &dead));
-	MUST(dac_context_unref(dead)); /* its slot is free: the churn reissues it */
+	MUST(dac_context_get_or_create(ctx_id(1 + 768), &dead));
+	MUST(dac_context_release(ctx_id(1 + 768)));
+	MUST(dac_context_unref(dead)); /* its record is free: the churn reuses it */
 	struct churn c = {cycles, 0, 0};
 	pthread_t t;
 	REQUIRE(pthread_barrier_init(&start, NULL, 2) == 0);
@@ -140,7 +156,7 @@ static void stale(long cycles) {
 	}
 	REQUIRE(pthread_join(t, NULL) == 0);
 	printf("churn errors = %ld\n", c.errors);
-	printf("dead handle used while its slot was reissued: %s, wrong results = %ld\n", uses > 0 ? "yes" : "no", wrong);
+	printf("dead handle used while its record was reused: %s, wrong results = %ld\n", uses > 0 ? "yes" : "no", wrong);
 	MUST(dac_context_unref(ctx));
 	live_handles();
 }
@@ -148,8 +164,10 @@ static void stale(long cycles) {
 /* ---- forged ---- */
 
 static void forged(void) {
-	dac_context *ctx = NULL;
-	MUST(dac_context_get_or_create(ctx_id(5), &ctx)); /* shard 5, slot 0 */
+	dac_context *ctx = NULL, *first = NULL;
+	MUST(dac_context_get_or_create(ctx_id(4), &first)); /* record 0, listed */
+	MUST(dac_context_unref(first));                      /* and unreferenced */
+	MUST(dac_context_get_or_create(ctx_id(5), &ctx));   /* record 1 */
 	uint64_t h = (uint64_t)(uintptr_t)ctx;
 	int64_t id;
 	printf("-- NULL\n");
@@ -160,11 +178,11 @@ static void forged(void) {
 		const char *what;
 		uint64_t h;
 	} cases[] = {
-	    {"a live handle's slot, another generation", h + ((uint64_t)1 << 32)},
+	    {"a live handle's record, another generation", h + ((uint64_t)1 << 32)},
 	    {"generation 0", h & 0xffffffffu},
-	    {"a slot never allocated (the last index)", (h & ~(uint64_t)0xffffffffu) | ((uint64_t)0x3ffffff << 6) | 5},
-	    {"a slot allocated but never issued", (h & ~(uint64_t)0xffffffffu) | ((uint64_t)40 << 6) | 5},
-	    {"another shard", h ^ 1},
+	    {"a record never mapped (the last index)", (h & ~(uint64_t)0xffffffffu) | 0xffffffffu},
+	    {"a record mapped but never used", (h & ~(uint64_t)0xffffffffu) | 40},
+	    {"another record, its context listed but unreferenced", h ^ 1},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		dac_context *bad = (dac_context *)(uintptr_t)cases[i].h;

@@ -1,0 +1,537 @@
+package container
+
+import (
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+)
+
+// Records: where a Container keeps its contexts, in memory outside the Go
+// heap that the C ABI reads without entering Go (as user space reads the
+// vDSO page the kernel writes). Go is the only writer of what the container
+// holds: it creates records, links them into the index, unlists them on
+// release and recycles them. The C side only reads (lookups, ids, known
+// workers) and takes and drops references with the protocol described at
+// recordState; the one transition it leaves to Go is the last one, the
+// death of a record, so that everything a death does (dropping the host's
+// value, recycling) is written once, here.
+//
+// Every context has one record for as long as it lives: from its creation
+// until it is out of the container and no handle refers to it. A handle is
+// the record's index and its generation, so a handle outlives its record
+// safely: once the record dies its generation moves on, and the handle is
+// recognised as dead however the record is reused.
+//
+// Reclaiming what C may be reading: record memory is never returned (a
+// reserved region, committed as it grows, so a record's address is fixed for
+// the life of the process), and an index's bucket array replaced by a larger
+// one is kept, not freed (they grow by doubling, so the retired ones take at
+// most as much as the live one). A C reader can therefore always read what
+// it reached; what it read may be stale, and every read it acts on is
+// validated against the record's state word: a record counts as the context
+// for id only while its state says listed and its id is id.
+
+// Record is one context as the C ABI sees it (capi_internal.h declares the
+// same layout as dacc_record; export_records.go checks it at compile time).
+// 64 bytes: one cache line.
+type Record struct {
+	// State is the generation (high 32 bits), the listed bit (bit 31: the
+	// context is in the container) and the number of references held
+	// through handles (low 31 bits). Neither listed nor referenced: dead.
+	State atomic.Uint64
+	// ID is the context id, written before State makes the record listed.
+	ID atomic.Int64
+	// Next links the record into its index bucket's chain, and a dead one
+	// into its free list: index+1 of the next record, 0 at the end.
+	Next atomic.Uint32
+	// NWorkers is how many known worker ids the context has (C reads the
+	// first min(NWorkers, InlineWorkers) of them from Workers, written
+	// before NWorkers counts them; beyond that, Go has them).
+	NWorkers atomic.Uint32
+	Workers  [InlineWorkers]uint16
+	// LastUsed is the coarse clock (clock.go) when the context was last
+	// created, retrieved or changed: what ReapIdleContexts reads. C's
+	// lookups store it too.
+	LastUsed atomic.Int64
+	// HostValue and HostDrop are the host's value for the context and the
+	// function that drops it (C function pointer, called once when the
+	// record dies; see SetHostValue).
+	HostValue atomic.Uint64
+	HostDrop  atomic.Uintptr
+}
+
+// InlineWorkers is how many known worker ids a record carries for C.
+const InlineWorkers = 8
+
+// The state word.
+const (
+	stateListed  = uint64(1) << 31
+	stateRefMask = stateListed - 1
+	// MaxRefs is the most references one context can have through handles.
+	MaxRefs = stateRefMask
+)
+
+func stateGen(st uint64) uint32    { return uint32(st >> 32) }
+func stateRefs(st uint64) uint64   { return st & stateRefMask }
+func stateListedOf(st uint64) bool { return st&stateListed != 0 }
+
+// nextGen is the generation after g: never 0, so that 0 is never a handle.
+func nextGen(g uint32) uint32 {
+	if g++; g == 0 {
+		g = 1
+	}
+	return g
+}
+
+// Handle returns the handle of the record at index in generation gen.
+func Handle(index uint32, gen uint32) uint64 { return uint64(gen)<<32 | uint64(index) }
+
+// SplitHandle returns a handle's record index and generation.
+func SplitHandle(h uint64) (index uint32, gen uint32) { return uint32(h), uint32(h >> 32) }
+
+const (
+	recordSize = int(unsafe.Sizeof(Record{}))
+	// maxRecords bounds how many contexts can be alive at once (listed or
+	// referenced): 2^22, a 256 MiB reservation of address space, committed
+	// as it is used.
+	maxRecords = 1 << 22
+	// recordChunk is how many records are committed at a time (64 KiB).
+	recordChunk = 1024
+)
+
+// View is what a Container publishes for C, outside the Go heap (capi_internal.h:
+// dacc_view). C reads it without locks; Go writes Buckets when an index
+// grows, everything else once.
+type View struct {
+	Records   uintptr       // address of record 0
+	Committed atomic.Uint64 // records mapped (C checks a handle's index against it)
+	ShardMask uint64        // shards - 1
+	ShardBits uint64        // log2(shards)
+	Clock     uintptr       // address of the coarse clock (an int64 of milliseconds)
+	Buckets   [MaxShards]atomic.Uintptr
+}
+
+// MaxShards bounds the shards of a Container.
+const MaxShards = 256
+
+// bucketArray is an index shard's bucket array, outside the Go heap: the
+// mask, then mask+1 chain heads (index+1 of a record, 0: empty).
+type bucketArray struct {
+	Mask  uint64
+	heads uint32 // the first of mask+1
+}
+
+func (b *bucketArray) head(i uint64) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Add(unsafe.Pointer(&b.heads), uintptr(i)*4))
+}
+
+// bucketOf is where id chains in a shard's index: the bits above the
+// shard's, folded with the worker id (so other workers' passes spread too).
+func bucketOf(id int64, shardBits uint, mask uint64) uint64 {
+	u := uint64(id)
+	return ((u >> shardBits) ^ (u >> AutoIncrementBits)) & mask
+}
+
+// recordTable is the record region and the Go side of each record: the
+// *Context it stands for.
+type recordTable struct {
+	base unsafe.Pointer // maxRecords records, reserved; committed up to committed
+
+	mu        sync.Mutex // serializes growth
+	committed int        // records committed
+	used      atomic.Int64
+	ctxs      atomic.Pointer[[]*ctxChunk] // per chunk of recordChunk records
+	onCommit  func(committed int)         // publishes the count for C
+}
+
+type ctxChunk [recordChunk]atomic.Pointer[Context]
+
+// offHeap maps n zeroed bytes outside the Go heap, never unmapped; prot
+// PROT_NONE reserves address space only.
+func offHeap(n int, prot int) (unsafe.Pointer, error) {
+	flags := syscall.MAP_ANON | syscall.MAP_PRIVATE
+	if prot == syscall.PROT_NONE {
+		flags |= syscall.MAP_NORESERVE
+	}
+	b, err := syscall.Mmap(-1, 0, n, prot, flags)
+	if err != nil {
+		return nil, Errorf(ErrLimit, "cannot map %d bytes for contexts: %v", n, err)
+	}
+	return unsafe.Pointer(&b[0]), nil
+}
+
+func (t *recordTable) init() error {
+	p, err := offHeap(maxRecords*recordSize, syscall.PROT_NONE)
+	if err != nil {
+		return err
+	}
+	t.base = p
+	empty := []*ctxChunk{}
+	t.ctxs.Store(&empty)
+	return nil
+}
+
+// at returns the record at index (which must have been allocated).
+func (t *recordTable) at(index uint32) *Record {
+	return (*Record)(unsafe.Add(t.base, uintptr(index)*uintptr(recordSize)))
+}
+
+// ctxSlot returns where the *Context of the record at index is kept, or nil
+// if no such record was ever allocated.
+func (t *recordTable) ctxSlot(index uint32) *atomic.Pointer[Context] {
+	chunks := *t.ctxs.Load()
+	k := int(index / recordChunk)
+	if k >= len(chunks) {
+		return nil
+	}
+	return &chunks[k][index%recordChunk]
+}
+
+// grow allocates a fresh record (never used before) and returns its index.
+func (t *recordTable) grow() (uint32, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := int(t.used.Load())
+	if n >= maxRecords {
+		return 0, Errorf(ErrLimit, "too many contexts alive at once (%d, listed or referenced by handles); release some or drop their handles", maxRecords)
+	}
+	if n == t.committed {
+		off := uintptr(t.committed) * uintptr(recordSize)
+		chunk := unsafe.Slice((*byte)(unsafe.Add(t.base, off)), recordChunk*recordSize)
+		if err := syscall.Mprotect(chunk, syscall.PROT_READ|syscall.PROT_WRITE); err != nil {
+			return 0, Errorf(ErrLimit, "cannot commit memory for contexts: %v", err)
+		}
+		for i := range recordChunk {
+			t.at(uint32(n + i)).State.Store(1 << 32) // generation 1, dead
+		}
+		old := *t.ctxs.Load()
+		grown := append(append(make([]*ctxChunk, 0, len(old)+1), old...), new(ctxChunk))
+		t.ctxs.Store(&grown)
+		t.committed += recordChunk
+		if t.onCommit != nil {
+			t.onCommit(t.committed)
+		}
+	}
+	t.used.Store(int64(n + 1))
+	return uint32(n), nil
+}
+
+// indexShard is one shard of the container's index: a chained hash table
+// of records whose bucket array C reads, under a lock for Go's writers.
+type indexShard struct {
+	mu      sync.RWMutex
+	buckets *bucketArray
+	count   int    // records linked in
+	free    uint32 // index+1 of the top of this shard's free records
+	slot    int    // its place in View.Buckets
+	_       [64 - 48]byte
+}
+
+func newBucketArray(n int) (*bucketArray, error) {
+	p, err := offHeap(8+4*n, syscall.PROT_READ|syscall.PROT_WRITE)
+	if err != nil {
+		return nil, err
+	}
+	b := (*bucketArray)(p)
+	b.Mask = uint64(n - 1)
+	return b, nil
+}
+
+// find returns the record listed under id in shard s, and its index, or nil;
+// s.mu is held (either way), so the chains are still.
+func (c *Container) find(s *indexShard, id int64) (*Record, uint32) {
+	b := s.buckets
+	for i := b.head(bucketOf(id, c.shardBits, b.Mask)).Load(); i != 0; {
+		r := c.recs.at(i - 1)
+		if r.ID.Load() == id && stateListedOf(r.State.Load()) {
+			return r, i - 1
+		}
+		i = r.Next.Load()
+	}
+	return nil, 0
+}
+
+// each calls f for every record linked into shard s; s.mu is held.
+func (c *Container) each(s *indexShard, f func(r *Record, idx uint32)) {
+	b := s.buckets
+	for k := uint64(0); k <= b.Mask; k++ {
+		for i := b.head(k).Load(); i != 0; {
+			r := c.recs.at(i - 1)
+			next := r.Next.Load() // f may unlink r
+			f(r, i-1)
+			i = next
+		}
+	}
+}
+
+// create makes a record for a new context under id and links it into s
+// (s.mu held for writing), referenced once if ref.
+func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64, error) {
+	var idx uint32
+	if s.free != 0 {
+		idx = s.free - 1
+		s.free = c.recs.at(idx).Next.Load()
+	} else {
+		var err error
+		if idx, err = c.recs.grow(); err != nil {
+			return nil, 0, err
+		}
+	}
+	r := c.recs.at(idx)
+	gen := stateGen(r.State.Load()) // dead: the generation its next life takes
+	ctx := newContext(id)
+	r.ID.Store(id)
+	r.NWorkers.Store(0)
+	r.LastUsed.Store(coarseNow())
+	r.HostValue.Store(0)
+	r.HostDrop.Store(0)
+	ctx.rec.Store(r)
+	c.recs.ctxSlot(idx).Store(ctx)
+	if s.count >= int(s.buckets.Mask+1) {
+		if err := c.growIndex(s); err != nil {
+			c.freeRecord(s, r, idx)
+			return nil, 0, err
+		}
+	}
+	head := s.buckets.head(bucketOf(id, c.shardBits, s.buckets.Mask))
+	r.Next.Store(head.Load())
+	head.Store(idx + 1)
+	s.count++
+	st := uint64(gen)<<32 | stateListed
+	if ref {
+		st++
+	}
+	r.State.Store(st) // listed: C may find it from here
+	if ref {
+		return ctx, Handle(idx, gen), nil
+	}
+	return ctx, 0, nil
+}
+
+// growIndex moves shard s to a bucket array twice the size (s.mu held for
+// writing). C readers still in the old array may miss a record while its
+// chain is rewritten: a miss goes to Go, which looks under the lock. The
+// old array is kept, never freed, as a reader may still be in it.
+func (c *Container) growIndex(s *indexShard) error {
+	old := s.buckets
+	b, err := newBucketArray(int(old.Mask+1) * 2)
+	if err != nil {
+		return err
+	}
+	for k := uint64(0); k <= old.Mask; k++ {
+		for i := old.head(k).Load(); i != 0; {
+			r := c.recs.at(i - 1)
+			next := r.Next.Load()
+			head := b.head(bucketOf(r.ID.Load(), c.shardBits, b.Mask))
+			r.Next.Store(head.Load())
+			head.Store(i)
+			i = next
+		}
+	}
+	s.buckets = b
+	c.view.Buckets[s.slot].Store(uintptr(unsafe.Pointer(b)))
+	return nil
+}
+
+// unlink takes the record at idx out of s's chains (s.mu held for writing).
+func (c *Container) unlink(s *indexShard, r *Record, idx uint32) {
+	link := s.buckets.head(bucketOf(r.ID.Load(), c.shardBits, s.buckets.Mask))
+	for i := link.Load(); i != 0; i = link.Load() {
+		if i == idx+1 {
+			link.Store(r.Next.Load())
+			s.count--
+			return
+		}
+		link = &c.recs.at(i - 1).Next
+	}
+}
+
+// dying is what remains to do, outside the lock, for a record that died:
+// its host value to drop.
+type dying struct {
+	drop  uintptr
+	value uint64
+}
+
+// unlist releases the record at idx: out of the index and no longer listed
+// (from here no lookup on either side finds it); if no handle refers to it,
+// it dies. s.mu is held for writing.
+func (c *Container) unlist(s *indexShard, r *Record, idx uint32) dying {
+	c.unlink(s, r, idx)
+	for {
+		st := r.State.Load()
+		next := st &^ stateListed
+		if stateRefs(st) == 0 {
+			next = uint64(nextGen(stateGen(st))) << 32
+		}
+		if r.State.CompareAndSwap(st, next) {
+			if stateRefs(st) == 0 {
+				return c.die(s, r, idx)
+			}
+			return dying{}
+		}
+	}
+}
+
+// die recycles a record whose state just turned dead, into the free list
+// of s (s.mu held for writing), and returns its host value to drop.
+func (c *Container) die(s *indexShard, r *Record, idx uint32) dying {
+	if ctx := c.recs.ctxSlot(idx).Swap(nil); ctx != nil {
+		ctx.mu.Lock()
+		ctx.rec.Store(nil)
+		ctx.mu.Unlock()
+	}
+	d := dying{drop: r.HostDrop.Swap(0), value: r.HostValue.Swap(0)}
+	c.freeRecord(s, r, idx)
+	return d
+}
+
+func (c *Container) freeRecord(s *indexShard, r *Record, idx uint32) {
+	r.Next.Store(s.free)
+	s.free = idx + 1
+}
+
+// drop runs a dead record's host drop function, outside every lock.
+func (c *Container) drop(d dying) {
+	if d.drop == 0 {
+		return
+	}
+	if f := c.dropper.Load(); f != nil {
+		(*f)(d.drop, d.value)
+	}
+}
+
+// retain takes a reference to the listed record at idx, for a handle (the
+// shard's lock is held, so it stays listed meanwhile).
+func retain(r *Record, idx uint32) (uint64, error) {
+	for {
+		st := r.State.Load()
+		if stateRefs(st) == MaxRefs {
+			return 0, Errorf(ErrLimit, "context %d has too many references (%d)", r.ID.Load(), MaxRefs)
+		}
+		if r.State.CompareAndSwap(st, st+1) {
+			return Handle(idx, stateGen(st)), nil
+		}
+	}
+}
+
+func errBadHandle(h uint64) error {
+	if h == 0 {
+		return Errorf(ErrBadHandle, "context handle is NULL")
+	}
+	return Errorf(ErrBadHandle, "context handle %#x is not a live handle (never issued, or its last reference was dropped)", h)
+}
+
+// record returns the record a handle names and its generation, or nil if no
+// such record was ever allocated.
+func (c *Container) record(h uint64) (*Record, uint32, uint32) {
+	idx, gen := SplitHandle(h)
+	if gen == 0 || int64(idx) >= c.recs.used.Load() {
+		return nil, 0, 0
+	}
+	return c.recs.at(idx), idx, gen
+}
+
+func referenced(st uint64, gen uint32) bool { return stateGen(st) == gen && stateRefs(st) != 0 }
+
+// HandleContext returns the context of a live handle.
+func (c *Container) HandleContext(h uint64) (*Context, error) {
+	r, idx, gen := c.record(h)
+	if r == nil || !referenced(r.State.Load(), gen) {
+		return nil, errBadHandle(h)
+	}
+	ctx := c.recs.ctxSlot(idx).Load()
+	// Still the same life of the record: one that died in between has
+	// another generation now, even if it was reused.
+	if ctx == nil || !referenced(r.State.Load(), gen) {
+		return nil, errBadHandle(h)
+	}
+	return ctx, nil
+}
+
+// CheckRef says why a reference could not be added to h (C adds them): a
+// dead handle, or one at MaxRefs. nil if it could have been.
+func (c *Container) CheckRef(h uint64) error {
+	r, _, gen := c.record(h)
+	if r == nil {
+		return errBadHandle(h)
+	}
+	st := r.State.Load()
+	if !referenced(st, gen) {
+		return errBadHandle(h)
+	}
+	if stateRefs(st) == MaxRefs {
+		return Errorf(ErrLimit, "context handle %#x has too many references", h)
+	}
+	return nil
+}
+
+// UnrefLast drops the last reference of a record no longer listed, which
+// then dies (C drops every other reference itself). It returns false,
+// having changed nothing, if the handle's record is in another state now
+// (referenced again, or listed): the caller tries again.
+func (c *Container) UnrefLast(h uint64) (bool, error) {
+	r, idx, gen := c.record(h)
+	if r == nil {
+		return false, errBadHandle(h)
+	}
+	st := r.State.Load()
+	if !referenced(st, gen) {
+		return false, errBadHandle(h)
+	}
+	if st != uint64(gen)<<32|1 {
+		return false, nil
+	}
+	// Under the shard's lock: the free list is the shard's.
+	s := c.shard(r.ID.Load())
+	s.mu.Lock()
+	if !r.State.CompareAndSwap(st, uint64(nextGen(gen))<<32) {
+		s.mu.Unlock()
+		return false, nil
+	}
+	d := c.die(s, r, idx)
+	s.mu.Unlock()
+	c.drop(d)
+	return true, nil
+}
+
+// LiveReferences returns how many references handles hold now, over every
+// context: a leak check (a scan, not for hot paths).
+func (c *Container) LiveReferences() int64 {
+	var n int64
+	for i := range uint32(c.recs.used.Load()) {
+		n += int64(stateRefs(c.recs.at(i).State.Load()))
+	}
+	return n
+}
+
+// SetHostValue sets the host's value of h's context, and the C function
+// that drops it when the context's record dies, if it has none: true. If it
+// has one already, it changes nothing and returns that one and false (two
+// threads making the host's object for one context agree on the first).
+func (c *Container) SetHostValue(h uint64, value uint64, drop uintptr) (uint64, bool, error) {
+	r, _, gen := c.record(h)
+	if r == nil || !referenced(r.State.Load(), gen) {
+		return 0, false, errBadHandle(h)
+	}
+	if value == 0 {
+		return 0, false, Errorf(ErrInvalidArgument, "the host value must not be 0 (0 means none)")
+	}
+	if !r.HostValue.CompareAndSwap(0, value) {
+		return r.HostValue.Load(), false, nil
+	}
+	// After the value: the record cannot die before the caller's
+	// reference goes, which orders this before the death that reads it.
+	r.HostDrop.Store(drop)
+	return value, true, nil
+}
+
+// HostValue returns the host's value of h's context (0: none).
+func (c *Container) HostValue(h uint64) (uint64, error) {
+	r, _, gen := c.record(h)
+	if r == nil || !referenced(r.State.Load(), gen) {
+		return 0, errBadHandle(h)
+	}
+	return r.HostValue.Load(), nil
+}

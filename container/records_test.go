@@ -1,0 +1,119 @@
+package container_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"distautograd/container"
+)
+
+func newTestContext(t *testing.T, c *container.Container, id int64) *container.Context {
+	t.Helper()
+	ctx, err := c.GetOrCreateContext(id)
+	require.NoError(t, err)
+	return ctx
+}
+
+// A record lives while its context is listed or referenced: a handle keeps a
+// released context readable; the last reference kills it, and the handle
+// (its generation gone) is dead from then on, also once the record is
+// reused for another context.
+func TestRecordLifecycle(t *testing.T) {
+	c := newContainer(t)
+	var dropped []uint64
+	c.SetHostDrop(func(drop uintptr, value uint64) { dropped = append(dropped, value) })
+
+	h, err := c.GetOrCreateContextHandle(first3)
+	require.NoError(t, err)
+	assert.NotZero(t, h, "0 is never a handle: it is C's NULL")
+	assert.Equal(t, int64(1), c.LiveReferences())
+	v, set, err := c.SetHostValue(h, 42, 1)
+	require.NoError(t, err)
+	assert.True(t, set)
+	assert.Equal(t, uint64(42), v)
+	v, set, err = c.SetHostValue(h, 43, 1)
+	require.NoError(t, err)
+	assert.False(t, set, "the first value stays")
+	assert.Equal(t, uint64(42), v)
+
+	// Listed and referenced: the last reference is not Go's to drop.
+	done, err := c.UnrefLast(h)
+	require.NoError(t, err)
+	assert.False(t, done)
+
+	require.True(t, c.ReleaseContextIfPresent(nil, first3))
+	ctx, err := c.HandleContext(h)
+	require.NoError(t, err, "a handle keeps a released context readable")
+	assert.Equal(t, first3, ctx.ID())
+	assert.Empty(t, dropped, "not dropped while referenced")
+
+	done, err = c.UnrefLast(h)
+	require.NoError(t, err)
+	assert.True(t, done)
+	assert.Equal(t, []uint64{42}, dropped)
+	assert.Zero(t, c.LiveReferences())
+	_, err = c.HandleContext(h)
+	assert.Equal(t, container.ErrBadHandle, container.CodeOf(err))
+	_, err = c.UnrefLast(h)
+	assert.Equal(t, container.ErrBadHandle, container.CodeOf(err))
+
+	// The record is reused (same shard, same free list): a new generation.
+	h2, err := c.GetOrCreateContextHandle(first3)
+	require.NoError(t, err)
+	i1, g1 := container.SplitHandle(h)
+	i2, g2 := container.SplitHandle(h2)
+	assert.Equal(t, i1, i2, "the dead record is reused")
+	assert.NotEqual(t, g1, g2)
+	_, err = c.HandleContext(h)
+	assert.Equal(t, container.ErrBadHandle, container.CodeOf(err), "the old handle stays dead")
+	assert.NoError(t, c.CheckRef(h2))
+	assert.Equal(t, container.ErrBadHandle, container.CodeOf(c.CheckRef(h)))
+}
+
+// A released context without handles dies at once, its host value dropped.
+func TestRecordDiesOnReleaseWithoutHandles(t *testing.T) {
+	c := newContainer(t)
+	var dropped []uint64
+	c.SetHostDrop(func(drop uintptr, value uint64) { dropped = append(dropped, value) })
+	h, err := c.GetOrCreateContextHandle(first3)
+	require.NoError(t, err)
+	_, _, err = c.SetHostValue(h, 9, 1)
+	require.NoError(t, err)
+	// A second handle-less context, to be reaped.
+	_, err = c.GetOrCreateContext(first3 + 1)
+	require.NoError(t, err)
+	require.True(t, c.ReleaseContextIfPresent(nil, first3))
+	assert.Empty(t, dropped)
+	done, err := c.UnrefLast(h)
+	require.NoError(t, err)
+	require.True(t, done)
+	assert.Equal(t, []uint64{9}, dropped)
+	n, err := c.ReleaseContextsOfWorker(3)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+}
+
+// The index grows past its first buckets many times and every context
+// stays findable, through growth and releases.
+func TestIndexGrows(t *testing.T) {
+	c, err := container.New(3, container.WithShards(1))
+	require.NoError(t, err)
+	const n = 20000
+	for i := range int64(n) {
+		_, err := c.GetOrCreateContext(first3 + i*7919)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, int64(n), c.NumContexts())
+	for i := range int64(n) {
+		require.NoError(t, c.IsValidContext(first3+i*7919))
+	}
+	for i := int64(0); i < n; i += 2 {
+		require.True(t, c.ReleaseContextIfPresent(nil, first3+i*7919))
+	}
+	for i := range int64(n) {
+		assert.Equal(t, i%2 == 1, c.IsValidContext(first3+i*7919) == nil, "context %d", i)
+	}
+	assert.Len(t, c.ContextIDs(), n/2)
+}
