@@ -2,7 +2,12 @@
 GO      ?= go
 PYTHON  ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 BUILD   := build
-SONAME  := libdistautograd.so.0
+# The version is the header's: the library file, the soname, pkg-config,
+# CMake and the wheel all take it from there.
+VERSION := $(shell sed -n 's/.*DAC_VERSION_STRING "\(.*\)".*/\1/p' include/distautograd.h)
+MAJOR   := $(firstword $(subst ., ,$(VERSION)))
+SONAME  := libdistautograd.so.$(MAJOR)
+REALNAME := libdistautograd.so.$(VERSION)
 LIB     := $(BUILD)/libdistautograd.so
 GOSRC   := $(wildcard *.go container/*.go)
 CSRC    := capi.c capi_internal.h include/distautograd.h libdistautograd.map
@@ -10,20 +15,26 @@ LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python install-python demo bench fuzz clean testing-lib asan-lib generate
+.PHONY: all help install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python install-python demo bench fuzz clean testing-lib asan-lib generate
 
 all: $(LIB) ## build build/libdistautograd.so and copy the headers beside it
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(BUILD)/$(SONAME): $(GOSRC) $(CSRC) go.mod go.sum
+# As an installed library: the file libdistautograd.so.X.Y.Z, its soname
+# link libdistautograd.so.X (what programs load) and libdistautograd.so
+# (what -ldistautograd finds).
+$(BUILD)/$(REALNAME): $(GOSRC) $(CSRC) go.mod go.sum
 	@mkdir -p $(BUILD)
 	$(GO) build -buildmode=c-shared -trimpath -ldflags "$(LDFLAGS)" -o $@ .
 	@# cgo writes the prototypes of the Go side beside the library; the ABI
 	@# contract test reads it, nobody includes it.
-	mv $(BUILD)/$(SONAME:.so.0=.so.h) $(BUILD)/cgo_generated.h 2>/dev/null || mv $(BUILD)/$(SONAME).h $(BUILD)/cgo_generated.h
+	mv $(basename $@).h $(BUILD)/cgo_generated.h
 	cp include/distautograd.h* $(BUILD)/
+
+$(BUILD)/$(SONAME): $(BUILD)/$(REALNAME)
+	ln -sf $(REALNAME) $@
 
 $(LIB): $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $@
@@ -104,6 +115,57 @@ fuzz: ## run each fuzz target of container/ for FUZZTIME (default 30s)
 # the worst suite's. `scripts/run-tests go` runs one suite.
 test: ## everything that must pass: the lint, go and python suites, then a summary
 	@MAKE="$(MAKE)" LINT_CHECKS="$(LINT_CHECKS)" PYTHON="$(PYTHON)" $(PYTHON) scripts/run-tests
+
+# make install [PREFIX=/usr/local] [DESTDIR=/staging]: as sqlite or zlib,
+# the headers, libdistautograd.so.X.Y.Z with its .so.X and .so links, a
+# pkg-config file (pkg-config --cflags --libs distautograd) and a CMake
+# package (find_package(distautograd), target distautograd::distautograd).
+PREFIX       ?= /usr/local
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+BINDIR       ?= $(PREFIX)/bin
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+CMAKEDIR     ?= $(LIBDIR)/cmake/distautograd
+# The torch backend and its launcher, installed when they were built.
+TORCH_BACKEND_LIB ?= $(BUILD)/libdistautograd_torch.so
+TORCH_LAUNCHER    ?= $(BUILD)/distautograd-torch
+
+# The .pc file names libdir and includedir through ${prefix} where they are
+# under it (what pkg-config --define-prefix and sysroots expect); the CMake
+# file finds them relative to itself, so a moved tree still works.
+INSTALL_SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' \
+  -e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|g' \
+  -e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' \
+  -e "s|@CMAKE_TO_LIBDIR@|$$(realpath -m --relative-to=$(CMAKEDIR) $(LIBDIR))|g" \
+  -e "s|@CMAKE_TO_INCLUDEDIR@|$$(realpath -m --relative-to=$(CMAKEDIR) $(INCLUDEDIR))|g" \
+  -e 's|@VERSION@|$(VERSION)|g' -e 's|@MAJOR@|$(MAJOR)|g' \
+  -e 's|@SONAME@|$(SONAME)|g' -e 's|@REALNAME@|$(REALNAME)|g'
+
+install: all ## install headers, library, pkg-config and CMake files: PREFIX (/usr/local), DESTDIR
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(CMAKEDIR)
+	install -m 644 include/distautograd.h include/distautograd.hpp $(DESTDIR)$(INCLUDEDIR)/
+	install -m 755 $(BUILD)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(REALNAME)
+	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdistautograd.so
+	@echo 'write $(DESTDIR)$(PKGCONFIGDIR)/distautograd.pc'; $(INSTALL_SUBST) packaging/distautograd.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/distautograd.pc
+	@echo 'write $(DESTDIR)$(CMAKEDIR)/distautograd-config.cmake'; $(INSTALL_SUBST) packaging/distautograd-config.cmake.in > $(DESTDIR)$(CMAKEDIR)/distautograd-config.cmake
+	@echo 'write $(DESTDIR)$(CMAKEDIR)/distautograd-config-version.cmake'; $(INSTALL_SUBST) packaging/distautograd-config-version.cmake.in > $(DESTDIR)$(CMAKEDIR)/distautograd-config-version.cmake
+	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/distautograd.pc $(DESTDIR)$(CMAKEDIR)/distautograd-config*.cmake
+	@if [ -f $(TORCH_BACKEND_LIB) ]; then \
+	  echo install -m 755 $(TORCH_BACKEND_LIB) $(DESTDIR)$(LIBDIR)/; install -m 755 $(TORCH_BACKEND_LIB) $(DESTDIR)$(LIBDIR)/; fi
+	@if [ -f $(TORCH_LAUNCHER) ]; then \
+	  echo install -m 755 $(TORCH_LAUNCHER) $(DESTDIR)$(BINDIR)/; install -d $(DESTDIR)$(BINDIR) && install -m 755 $(TORCH_LAUNCHER) $(DESTDIR)$(BINDIR)/; fi
+	@# As zlib's install: refresh the loader's cache for a real install
+	@# (/usr/local/lib is in Debian's ld.so.conf); a staged one is not run here.
+	@if [ -z "$(DESTDIR)" ]; then ldconfig 2>/dev/null || true; fi
+
+uninstall: ## remove what make install put under PREFIX (the same PREFIX, DESTDIR)
+	rm -f $(DESTDIR)$(INCLUDEDIR)/distautograd.h $(DESTDIR)$(INCLUDEDIR)/distautograd.hpp
+	rm -f $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdistautograd.so
+	rm -f $(DESTDIR)$(LIBDIR)/$(notdir $(TORCH_BACKEND_LIB)) $(DESTDIR)$(BINDIR)/$(notdir $(TORCH_LAUNCHER))
+	rm -f $(DESTDIR)$(PKGCONFIGDIR)/distautograd.pc
+	rm -f $(DESTDIR)$(CMAKEDIR)/distautograd-config.cmake $(DESTDIR)$(CMAKEDIR)/distautograd-config-version.cmake
+	-rmdir $(DESTDIR)$(CMAKEDIR) 2>/dev/null
 
 # Debian's own Python is externally managed: point PYTHON at a venv's python.
 install-python: $(LIB) ## pip-install python_bindings (with its .so) offline: make install-python PYTHON=venv/bin/python
