@@ -15,7 +15,7 @@ LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python install-python demo bench fuzz clean testing-lib asan-lib generate
+.PHONY: all help install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib generate
 
 all: $(LIB) ## build build/libdistautograd.so and copy the headers beside it
 
@@ -167,9 +167,18 @@ uninstall: ## remove what make install put under PREFIX (the same PREFIX, DESTDI
 	rm -f $(DESTDIR)$(CMAKEDIR)/distautograd-config.cmake $(DESTDIR)$(CMAKEDIR)/distautograd-config-version.cmake
 	-rmdir $(DESTDIR)$(CMAKEDIR) 2>/dev/null
 
+# The Python package as a platform wheel with the library inside, built by
+# python_bindings/wheel_backend.py (standard library only; pip uses the same
+# backend for `pip install ./python_bindings`). Installing it needs nothing
+# else: `python -m pip install build/distautograd-*.whl` in any venv.
+WHEEL_DIR ?= $(BUILD)
+wheel: $(LIB) ## build/distautograd-VERSION-py3-none-PLATFORM.whl, libdistautograd.so inside
+	$(PYTHON) python_bindings/wheel_backend.py --library $(LIB) -o $(WHEEL_DIR)
+
 # Debian's own Python is externally managed: point PYTHON at a venv's python.
-install-python: $(LIB) ## pip-install python_bindings (with its .so) offline: make install-python PYTHON=venv/bin/python
-	$(PYTHON) -m pip install --no-build-isolation --no-index $(PIP_FLAGS) ./python_bindings
+install-python: wheel ## pip-install the wheel, offline: make install-python PYTHON=venv/bin/python
+	$(PYTHON) -m pip install --no-index --force-reinstall --no-deps $(PIP_FLAGS) \
+	  $$($(PYTHON) python_bindings/wheel_backend.py --name | sed 's|^|$(WHEEL_DIR)/|')
 
 demo: $(LIB) ## a training runtime's worker, acted out in C
 	@mkdir -p $(BUILD)
