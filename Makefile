@@ -187,8 +187,10 @@ demo: $(LIB) ## a training runtime's worker, acted out in C
 
 # Not part of `make test`: it times things. BENCH_FLAGS go to the driver
 # (go run ./bench -h lists them), e.g. BENCH_FLAGS='-threads 1,2,4 -reps 9'.
-bench: $(LIB) ## distautograd against the native component, C and Python levels, memory; writes build/bench.json
-	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) $(BENCH_FLAGS)
+# The README's results section is rewritten from build/bench.json, so it
+# shows what the last run measured, on which machine and when.
+bench: $(LIB) ## distautograd against the native component; writes build/bench.json, rewrites the README's results
+	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) -readme README.md $(BENCH_FLAGS)
 
 generate: ## regenerate python_bindings/distautograd/_abi.py (ctypes prototypes) from include/distautograd.h
 	$(GO) run ./cmd/dacgen
