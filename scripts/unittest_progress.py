@@ -25,19 +25,22 @@ def module_of(test: unittest.TestCase) -> str:
     # A module that fails to import shows up as unittest.loader._FailedTest,
     # whose id() is the module's name.
     if type(test).__module__ == "unittest.loader":
-        return test.id()
+        name = test.id()
+        prefix = "unittest.loader._FailedTest."
+        return name[len(prefix):] if name.startswith(prefix) else name
     return type(test).__module__
 
 
 class ModuleCounts:
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.started = time.monotonic()
+    def __init__(self, started: float) -> None:
+        self.name = ""
+        self.started = started
         self.passed = self.failed = self.skipped = 0
 
 
 class ProgressResult(unittest.TestResult):
-    """Counts per module; prints a module's line when the next one starts."""
+    """Counts per module; main prints a module's line when its suite ends
+    (its class and module fixtures included in its time)."""
 
     def __init__(self, stream: io.TextIOBase) -> None:
         super().__init__()
@@ -51,11 +54,20 @@ class ProgressResult(unittest.TestResult):
         self.stream.write(text + "\n")
         self.stream.flush()
 
+    def begin_module(self) -> None:
+        self.finish_module()
+        self.current = ModuleCounts(time.monotonic())
+
     def _module(self, test: unittest.TestCase) -> ModuleCounts:
         name = module_of(test)
-        if self.current is None or self.current.name != name:
-            self.finish_module()
-            self.current = ModuleCounts(name)
+        if self.current is None:
+            self.begin_module()
+        assert self.current is not None
+        if self.current.name and self.current.name != name:
+            # A suite that holds several modules (a test package): one line each.
+            self.begin_module()
+            assert self.current is not None
+        self.current.name = name
         return self.current
 
     def finish_module(self) -> None:
@@ -63,6 +75,8 @@ class ProgressResult(unittest.TestResult):
         if m is None:
             return
         self.current = None
+        if not m.name:  # a suite that held no test
+            return
         took = time.monotonic() - m.started
         status = "FAIL" if m.failed else "ok  "
         extra = ", %d skipped" % m.skipped if m.skipped else ""
@@ -142,8 +156,12 @@ def main() -> int:
     out = sys.stdout
     result = ProgressResult(out)
     started = time.monotonic()
-    suite.run(result)
-    result.finish_module()
+    # discover gives one suite per test module: each runs as a top-level
+    # suite, which tears its class and module fixtures down at its end.
+    for module_suite in suite:
+        result.begin_module()
+        module_suite.run(result)
+        result.finish_module()
     took = time.monotonic() - started
 
     for kind, test_id, text in result.problems:
