@@ -2,7 +2,12 @@
 GO      ?= go
 PYTHON  ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 BUILD   := build
-SONAME  := libdistautograd.so.0
+# The version is the header's: the library file, the soname, pkg-config,
+# CMake and the wheel all take it from there.
+VERSION := $(shell sed -n 's/.*DAC_VERSION_STRING "\(.*\)".*/\1/p' include/distautograd.h)
+MAJOR   := $(firstword $(subst ., ,$(VERSION)))
+SONAME  := libdistautograd.so.$(MAJOR)
+REALNAME := libdistautograd.so.$(VERSION)
 LIB     := $(BUILD)/libdistautograd.so
 GOSRC   := $(wildcard *.go container/*.go)
 CSRC    := capi.c capi_internal.h include/distautograd.h libdistautograd.map
@@ -10,20 +15,26 @@ LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help test lint test-go test-python install-python demo bench fuzz clean testing-lib asan-lib generate
+.PHONY: all help install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib generate
 
 all: $(LIB) torch-backend ## build build/libdistautograd.so (and the torch backend where libtorch-dev is) and copy the headers beside it
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(BUILD)/$(SONAME): $(GOSRC) $(CSRC) go.mod go.sum
+# As an installed library: the file libdistautograd.so.X.Y.Z, its soname
+# link libdistautograd.so.X (what programs load) and libdistautograd.so
+# (what -ldistautograd finds).
+$(BUILD)/$(REALNAME): $(GOSRC) $(CSRC) go.mod go.sum
 	@mkdir -p $(BUILD)
 	$(GO) build -buildmode=c-shared -trimpath -ldflags "$(LDFLAGS)" -o $@ .
 	@# cgo writes the prototypes of the Go side beside the library; the ABI
 	@# contract test reads it, nobody includes it.
-	mv $(BUILD)/$(SONAME:.so.0=.so.h) $(BUILD)/cgo_generated.h 2>/dev/null || mv $(BUILD)/$(SONAME).h $(BUILD)/cgo_generated.h
+	mv $(basename $@).h $(BUILD)/cgo_generated.h
 	cp include/distautograd.h* $(BUILD)/
+
+$(BUILD)/$(SONAME): $(BUILD)/$(REALNAME)
+	ln -sf $(REALNAME) $@
 
 $(LIB): $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $@
@@ -55,17 +66,40 @@ $(BUILD)/asan/libdistautograd.so: $(GOSRC) $(CSRC) go.mod go.sum
 	  echo "*** go build -asan failed; the sanitized tests will say why ($(BUILD)/asan/UNAVAILABLE)"; \
 	fi
 
-lint: ## gofmt and go vet
+# `make lint` runs every check; scripts/run-tests (make test) runs them one
+# by one and reports each.
+LINT_CHECKS := lint-fmt lint-vet lint-mod lint-staticcheck
+lint: $(LINT_CHECKS) ## gofmt, go vet, go mod tidy, staticcheck
+
+lint-fmt:
 	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
+
+lint-vet:
 	$(GO) vet ./...
 
-test-go: $(LIB) $(BUILD)/testing/libdistautograd.so $(BUILD)/asan/libdistautograd.so ## the Go tests with the race detector, the C/C++ ABI tests among them
-	$(GO) test -race -count=1 ./...
+# go.mod and go.sum are as `go mod tidy` leaves them (tidy -diff changes nothing).
+lint-mod:
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 
-test-python: $(LIB) ## the Python unit tests and the differential suite against torch
-	@if [ -d python_bindings/tests ]; then \
-	  PYTHONPATH=python_bindings DISTAUTOGRAD_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) -m unittest discover -v -s python_bindings/tests -t python_bindings; \
-	fi
+# staticcheck is a tool of the module (go.mod's tool block): its version is
+# pinned there and it comes through the Go module proxy like the rest.
+lint-staticcheck:
+	$(GO) tool staticcheck ./...
+
+# The test targets write their counts under build/test-results for the
+# summary of `make test`. GOTESTSUM_FORMAT picks gotestsum's output
+# (testname: a line per test as it ends; pkgname: a line per package).
+RESULTS := $(BUILD)/test-results
+export GOTESTSUM_FORMAT ?= testname
+
+test-go: $(LIB) $(BUILD)/testing/libdistautograd.so $(BUILD)/asan/libdistautograd.so ## the Go tests with the race detector, the C/C++ ABI tests among them
+	@mkdir -p $(RESULTS)
+	$(GO) tool gotestsum --format-hide-empty-pkg --jsonfile $(RESULTS)/go.json -- -race -count=1 ./...
+
+test-python: $(LIB) ## the Python unit tests and the differential suite against torch, a line per test module
+	@mkdir -p $(RESULTS)
+	PYTHONPATH=python_bindings DISTAUTOGRAD_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) scripts/unittest_progress.py \
+	  --json $(RESULTS)/python.json -s python_bindings/tests -t python_bindings
 
 # `make test` runs the fuzz targets over their seed corpus (container/testdata/fuzz);
 # this explores further, FUZZTIME per target, and writes what fails there.
@@ -76,15 +110,75 @@ fuzz: ## run each fuzz target of container/ for FUZZTIME (default 30s)
 	  $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./container/ || exit 1; \
 	done
 
-test: lint test-go test-python test-torch ## everything that must pass
-	@# Without the oracle the differential tests skip (they fail under CI=true):
-	@# say so where nobody can miss it.
-	@$(PYTHON) -c 'import torch' 2>/dev/null && test -e /usr/lib/x86_64-linux-gnu/libtorch_cpu.so || \
-	  echo '*** WARNING: python3-torch/libtorch-dev missing: the differential tests against the native component were SKIPPED (apt-get install python3-torch libtorch-dev)'
+# Every suite runs even when an earlier one failed; the summary at the end
+# says what passed, failed and was skipped in each, and the exit status is
+# the worst suite's. `scripts/run-tests go` runs one suite.
+test: ## everything that must pass: the lint, go and python suites, then a summary
+	@MAKE="$(MAKE)" LINT_CHECKS="$(LINT_CHECKS)" PYTHON="$(PYTHON)" $(PYTHON) scripts/run-tests
+
+# make install [PREFIX=/usr/local] [DESTDIR=/staging]: as sqlite or zlib,
+# the headers, libdistautograd.so.X.Y.Z with its .so.X and .so links, a
+# pkg-config file (pkg-config --cflags --libs distautograd) and a CMake
+# package (find_package(distautograd), target distautograd::distautograd).
+PREFIX       ?= /usr/local
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+BINDIR       ?= $(PREFIX)/bin
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+CMAKEDIR     ?= $(LIBDIR)/cmake/distautograd
+# The torch backend and its launcher, installed when they were built.
+TORCH_BACKEND_LIB ?= $(BUILD)/libdistautograd_torch.so
+TORCH_LAUNCHER    ?= $(BUILD)/distautograd-torch
+
+# The .pc file names libdir and includedir through ${prefix} where they are
+# under it (what pkg-config --define-prefix and sysroots expect); the CMake
+# file finds them relative to itself, so a moved tree still works.
+INSTALL_SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' \
+  -e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|g' \
+  -e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' \
+  -e "s|@CMAKE_TO_LIBDIR@|$$(realpath -m --relative-to=$(CMAKEDIR) $(LIBDIR))|g" \
+  -e "s|@CMAKE_TO_INCLUDEDIR@|$$(realpath -m --relative-to=$(CMAKEDIR) $(INCLUDEDIR))|g" \
+  -e 's|@VERSION@|$(VERSION)|g' -e 's|@MAJOR@|$(MAJOR)|g' \
+  -e 's|@SONAME@|$(SONAME)|g' -e 's|@REALNAME@|$(REALNAME)|g'
+
+install: all ## install headers, library, pkg-config and CMake files: PREFIX (/usr/local), DESTDIR
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(CMAKEDIR)
+	install -m 644 include/distautograd.h include/distautograd.hpp $(DESTDIR)$(INCLUDEDIR)/
+	install -m 755 $(BUILD)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(REALNAME)
+	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdistautograd.so
+	@echo 'write $(DESTDIR)$(PKGCONFIGDIR)/distautograd.pc'; $(INSTALL_SUBST) packaging/distautograd.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/distautograd.pc
+	@echo 'write $(DESTDIR)$(CMAKEDIR)/distautograd-config.cmake'; $(INSTALL_SUBST) packaging/distautograd-config.cmake.in > $(DESTDIR)$(CMAKEDIR)/distautograd-config.cmake
+	@echo 'write $(DESTDIR)$(CMAKEDIR)/distautograd-config-version.cmake'; $(INSTALL_SUBST) packaging/distautograd-config-version.cmake.in > $(DESTDIR)$(CMAKEDIR)/distautograd-config-version.cmake
+	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/distautograd.pc $(DESTDIR)$(CMAKEDIR)/distautograd-config*.cmake
+	@if [ -f $(TORCH_BACKEND_LIB) ]; then \
+	  echo install -m 755 $(TORCH_BACKEND_LIB) $(DESTDIR)$(LIBDIR)/; install -m 755 $(TORCH_BACKEND_LIB) $(DESTDIR)$(LIBDIR)/; fi
+	@if [ -f $(TORCH_LAUNCHER) ]; then \
+	  echo install -m 755 $(TORCH_LAUNCHER) $(DESTDIR)$(BINDIR)/; install -d $(DESTDIR)$(BINDIR) && install -m 755 $(TORCH_LAUNCHER) $(DESTDIR)$(BINDIR)/; fi
+	@# As zlib's install: refresh the loader's cache for a real install
+	@# (/usr/local/lib is in Debian's ld.so.conf); a staged one is not run here.
+	@if [ -z "$(DESTDIR)" ]; then ldconfig 2>/dev/null || true; fi
+
+uninstall: ## remove what make install put under PREFIX (the same PREFIX, DESTDIR)
+	rm -f $(DESTDIR)$(INCLUDEDIR)/distautograd.h $(DESTDIR)$(INCLUDEDIR)/distautograd.hpp
+	rm -f $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdistautograd.so
+	rm -f $(DESTDIR)$(LIBDIR)/$(notdir $(TORCH_BACKEND_LIB)) $(DESTDIR)$(BINDIR)/$(notdir $(TORCH_LAUNCHER))
+	rm -f $(DESTDIR)$(PKGCONFIGDIR)/distautograd.pc
+	rm -f $(DESTDIR)$(CMAKEDIR)/distautograd-config.cmake $(DESTDIR)$(CMAKEDIR)/distautograd-config-version.cmake
+	-rmdir $(DESTDIR)$(CMAKEDIR) 2>/dev/null
+
+# The Python package as a platform wheel with the library inside, built by
+# python_bindings/wheel_backend.py (standard library only; pip uses the same
+# backend for `pip install ./python_bindings`). Installing it needs nothing
+# else: `python -m pip install build/distautograd-*.whl` in any venv.
+WHEEL_DIR ?= $(BUILD)
+wheel: $(LIB) ## build/distautograd-VERSION-py3-none-PLATFORM.whl, libdistautograd.so inside
+	$(PYTHON) python_bindings/wheel_backend.py --library $(LIB) -o $(WHEEL_DIR)
 
 # Debian's own Python is externally managed: point PYTHON at a venv's python.
-install-python: $(LIB) ## pip-install python_bindings (with its .so) offline: make install-python PYTHON=venv/bin/python
-	$(PYTHON) -m pip install --no-build-isolation --no-index $(PIP_FLAGS) ./python_bindings
+install-python: wheel ## pip-install the wheel, offline: make install-python PYTHON=venv/bin/python
+	$(PYTHON) -m pip install --no-index --force-reinstall --no-deps $(PIP_FLAGS) \
+	  $$($(PYTHON) python_bindings/wheel_backend.py --name | sed 's|^|$(WHEEL_DIR)/|')
 
 demo: $(LIB) ## a training runtime's worker, acted out in C
 	@mkdir -p $(BUILD)
@@ -93,8 +187,10 @@ demo: $(LIB) ## a training runtime's worker, acted out in C
 
 # Not part of `make test`: it times things. BENCH_FLAGS go to the driver
 # (go run ./bench -h lists them), e.g. BENCH_FLAGS='-threads 1,2,4 -reps 9'.
-bench: $(LIB) ## distautograd against the native component, C and Python levels, memory; writes build/bench.json
-	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) $(BENCH_FLAGS)
+# The README's results section is rewritten from build/bench.json, so it
+# shows what the last run measured, on which machine and when.
+bench: $(LIB) ## distautograd against the native component; writes build/bench.json, rewrites the README's results
+	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) -readme README.md $(BENCH_FLAGS)
 
 generate: ## regenerate python_bindings/distautograd/_abi.py (ctypes prototypes) from include/distautograd.h
 	$(GO) run ./cmd/dacgen
@@ -124,6 +220,7 @@ $(TORCH_IMPL): torch_backend/impl.cpp torch_backend/symbols.h torch_backend/impl
 	  -Wl,--version-script=torch_backend/impl.map -Wl,-z,now -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' \
 	  -L$(BUILD) -ldistautograd -l:$(notdir $(TORCH_SO)) -l:libc10.so.1.13
 test-torch: all ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, fork, launcher
-	$(PYTHON) -m unittest -v torch_backend.tests.test_backend torch_backend.tests.test_differential_torch
+	@mkdir -p $(RESULTS)
+	$(PYTHON) scripts/unittest_progress.py --json $(RESULTS)/torch.json -s torch_backend/tests -t .
 bench-torch: all ## torch's distributed autograd natively and under the backend, alternating processes; adds level "torch" rows to build/bench.json (run after make bench)
 	$(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS)

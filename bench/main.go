@@ -1,10 +1,14 @@
 // Command bench measures distautograd against the native component it
 // replaces (PyTorch 1.13's DistAutogradContainer from Debian's libtorch-dev
 // and python3-torch), on the same machine and in alternation, and prints a
-// table per level; `make bench` runs it. It writes build/bench.json, a list of
-// {level, op, threads, distautograd_ns, native_ns, ratio} (ratio =
-// distautograd / native, from medians of several repetitions), and
-// build/bench_memory.json.
+// table per level; `make bench` runs it. It writes build/bench.json: the
+// machine and date of the run, its flags, one row per operation {level, op,
+// threads, label, distautograd_call, native_call, distautograd_ns,
+// native_ns, ratio} (ratio = distautograd / native, from medians of several
+// repetitions) and the memory figures. With -readme it rewrites the marked
+// section of that file (the top README's results) from bench.json, so the
+// README shows what the last run measured and nothing else; -from renders
+// an existing bench.json without measuring.
 //
 // Levels:
 //   - c: bench/cxx/harness.cpp, one program linked with both libraries; every
@@ -27,10 +31,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,30 +65,35 @@ type Config struct {
 	MemCycles int // new/release cycles for the flatness check (0: skip)
 
 	SkipC, SkipPython bool
+	Args              string    // the flags, recorded in the report
 	Log               io.Writer // progress
 }
 
-// Row is one line of build/bench.json.
+// Row is one operation of build/bench.json.
 type Row struct {
 	Level          string   `json:"level"`
 	Op             string   `json:"op"`
 	Threads        int      `json:"threads"`
+	Label          string   `json:"label"`
+	DacCall        string   `json:"distautograd_call"`
+	NativeCall     string   `json:"native_call"`
 	DistautogradNs *float64 `json:"distautograd_ns"`
 	NativeNs       *float64 `json:"native_ns"`
 	Ratio          *float64 `json:"ratio"`
-
-	label, dacCall, nativeCall string
 }
 
-// Report is everything one run measured.
+// Report is everything one run measured: build/bench.json.
 type Report struct {
-	Rows    []Row
-	Memory  Memory
-	Machine string
-	Clock   string
+	Machine MachineInfo `json:"machine"`
+	Date    string      `json:"date"` // when the run started, UTC, RFC 3339
+	Clock   string      `json:"clock"`
+	Args    string      `json:"args"` // the driver's flags
+	Seconds float64     `json:"seconds"`
+	Rows    []Row       `json:"rows"`
+	Memory  Memory      `json:"memory"`
 }
 
-// Memory is what build/bench_memory.json holds.
+// Memory is the memory figures of a run.
 type Memory struct {
 	Live   []json.RawMessage `json:"live"`
 	Cycles []json.RawMessage `json:"cycles"`
@@ -106,7 +115,23 @@ func main() {
 	flag.IntVar(&cfg.MemLive, "mem-live", 1000000, "memory: live contexts for bytes per context (0: skip)")
 	flag.IntVar(&cfg.MemCycles, "mem-cycles", 10000000, "memory: new/release cycles for the RSS check (0: skip)")
 	skip := flag.String("skip", "", "comma-separated levels to skip: c, python")
+	readme := flag.String("readme", "", "rewrite this file's section between "+beginMarker+" and "+endMarker+" from the run's bench.json")
+	from := flag.String("from", "", "measure nothing: print (and with -readme, render) this bench.json")
 	flag.Parse()
+	if *from != "" {
+		rep, err := LoadReport(*from)
+		if err != nil {
+			fatal(err)
+		}
+		PrintTables(os.Stdout, rep)
+		if *readme != "" {
+			if err := RewriteSection(*readme, rep); err != nil {
+				fatal(err)
+			}
+			fmt.Printf("\nrewrote the results in %s from %s\n", *readme, *from)
+		}
+		return
+	}
 	for _, s := range strings.Split(*skip, ",") {
 		switch s {
 		case "":
@@ -129,12 +154,26 @@ func main() {
 	if cfg.Out == "" {
 		cfg.Out = filepath.Join(cfg.Root, "build")
 	}
+	cfg.Args = strings.Join(os.Args[1:], " ")
 	rep, err := Run(cfg)
 	if err != nil {
 		fatal(err)
 	}
 	PrintTables(os.Stdout, rep)
-	fmt.Printf("\nwrote %s and %s\n", filepath.Join(cfg.Out, "bench.json"), filepath.Join(cfg.Out, "bench_memory.json"))
+	out := filepath.Join(cfg.Out, "bench.json")
+	fmt.Printf("\nwrote %s\n", out)
+	if *readme != "" {
+		// Rendered from the file just written, as -from would: the README
+		// can only show what bench.json holds.
+		saved, err := LoadReport(out)
+		if err != nil {
+			fatal(err)
+		}
+		if err := RewriteSection(*readme, saved); err != nil {
+			fatal(err)
+		}
+		fmt.Printf("rewrote the results in %s\n", *readme)
+	}
 }
 
 func fatal(err error) {
@@ -246,8 +285,11 @@ type pyOutput struct {
 // cfg.Out/bench_memory.json.
 func Run(cfg Config) (Report, error) {
 	var rep Report
-	rep.Machine = Machine()
+	started := time.Now()
+	rep.Date = started.UTC().Format(time.RFC3339)
+	rep.Machine = Machine(cfg)
 	rep.Clock = cfg.Clock
+	rep.Args = cfg.Args
 	dir := filepath.Join(cfg.Out, "bench")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return rep, err
@@ -336,15 +378,17 @@ func Run(cfg Config) (Report, error) {
 			rep.Memory.Cycles = append(rep.Memory.Cycles, results[i])
 		}
 	}
+	rep.Seconds = math.Round(time.Since(started).Seconds()*10) / 10
 	return rep, writeJSON(cfg, rep)
 }
 
 func newRow(level, op string, threads int, dac, nat *float64, label, dacCall, nativeCall string) Row {
 	r := Row{Level: level, Op: op, Threads: threads, DistautogradNs: round(dac), NativeNs: round(nat),
-		label: label, dacCall: dacCall, nativeCall: nativeCall}
+		Label: label, DacCall: dacCall, NativeCall: nativeCall}
 	if dac != nil && nat != nil && *nat > 0 {
-		v := *dac / *nat
-		r.Ratio = round(&v)
+		// Four significant digits: a ratio of 0.0004 must not become 0.
+		v, _ := strconv.ParseFloat(strconv.FormatFloat(*dac / *nat, 'g', 4, 64), 64)
+		r.Ratio = &v
 	}
 	return r
 }
@@ -441,130 +485,31 @@ func Median(v []float64) float64 {
 }
 
 func writeJSON(cfg Config, rep Report) error {
-	rows := rep.Rows
-	if rows == nil {
-		rows = []Row{}
+	if rep.Rows == nil {
+		rep.Rows = []Row{}
 	}
-	b, err := json.MarshalIndent(rows, "", "  ")
+	if rep.Memory.Live == nil {
+		rep.Memory.Live = []json.RawMessage{}
+	}
+	if rep.Memory.Cycles == nil {
+		rep.Memory.Cycles = []json.RawMessage{}
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(cfg.Out, "bench.json"), append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	mem := rep.Memory
-	if mem.Live == nil {
-		mem.Live = []json.RawMessage{}
-	}
-	if mem.Cycles == nil {
-		mem.Cycles = []json.RawMessage{}
-	}
-	b, err = json.MarshalIndent(mem, "", "  ")
+	return os.WriteFile(filepath.Join(cfg.Out, "bench.json"), append(b, '\n'), 0o644)
+}
+
+// LoadReport reads a bench.json.
+func LoadReport(path string) (Report, error) {
+	var rep Report
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return rep, err
 	}
-	return os.WriteFile(filepath.Join(cfg.Out, "bench_memory.json"), append(b, '\n'), 0o644)
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return rep, fmt.Errorf("%s: %v (written by an older make bench? run it again)", path, err)
+	}
+	return rep, nil
 }
-
-// Machine describes the CPU: lscpu's model name and the core count.
-func Machine() string {
-	model := "unknown CPU"
-	if out, err := exec.Command("lscpu").Output(); err == nil {
-		for _, line := range strings.Split(string(out), "\n") {
-			if name, ok := strings.CutPrefix(line, "Model name:"); ok {
-				model = strings.TrimSpace(name)
-				break
-			}
-		}
-	}
-	return fmt.Sprintf("%s, %d cores (runtime.NumCPU), %s/%s", model, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
-}
-
-// PrintTables writes the report as Markdown tables, one per level, and the
-// memory figures.
-func PrintTables(w io.Writer, rep Report) {
-	fmt.Fprintf(w, "Machine: %s; %s\n", rep.Machine, time.Now().UTC().Format("2006-01-02"))
-	switch rep.Clock {
-	case "cpu", "":
-		fmt.Fprintln(w, "Samples timed by each thread's CPU time (-clock cpu); medians of alternated samples.")
-	default:
-		fmt.Fprintln(w, "Samples timed by the wall clock (-clock wall); medians of alternated samples.")
-	}
-	for _, level := range []string{"c", "python"} {
-		var rows []Row
-		for _, r := range rep.Rows {
-			if r.Level == level {
-				rows = append(rows, r)
-			}
-		}
-		if len(rows) == 0 {
-			continue
-		}
-		title := map[string]string{"c": "C level (bench/cxx/harness.cpp)", "python": "Python level (bench/pybench.py, one process per implementation)"}[level]
-		fmt.Fprintf(w, "\n### %s\n\n", title)
-		fmt.Fprintln(w, "| operation | threads | distautograd ns/op | native ns/op | ratio |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
-		for _, r := range rows {
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %s |\n", r.label, r.Threads, num(r.DistautogradNs, 1), num(r.NativeNs, 1), num(r.Ratio, 2))
-		}
-		if level == "c" {
-			fmt.Fprintln(w, "\nWhat one iteration calls (distautograd / native):")
-			seen := map[string]bool{}
-			for _, r := range rows {
-				if !seen[r.Op] {
-					seen[r.Op] = true
-					fmt.Fprintf(w, "- %s: %s / %s\n", r.label, r.dacCall, r.nativeCall)
-				}
-			}
-		}
-	}
-	if len(rep.Memory.Live)+len(rep.Memory.Cycles) > 0 {
-		fmt.Fprintln(w, "\n### Memory (one process per measurement)")
-		fmt.Fprintln(w)
-		for _, m := range rep.Memory.Live {
-			var v struct {
-				Impl     string  `json:"impl"`
-				N        int     `json:"live_contexts"`
-				Before   int64   `json:"rss_before_bytes"`
-				After    int64   `json:"rss_after_bytes"`
-				PerCtx   float64 `json:"bytes_per_context"`
-				Duration float64 `json:"seconds"`
-			}
-			if json.Unmarshal(m, &v) == nil {
-				fmt.Fprintf(w, "- %s: %.0f bytes per live context at %d live contexts (RSS %s -> %s)\n", v.Impl, v.PerCtx, v.N, mib(v.Before), mib(v.After))
-			}
-		}
-		for _, m := range rep.Memory.Cycles {
-			var v struct {
-				Impl   string  `json:"impl"`
-				Cycles int     `json:"cycles"`
-				Agent  bool    `json:"agent"`
-				Secs   float64 `json:"seconds"`
-				Points []struct {
-					Cycles int   `json:"cycles"`
-					RSS    int64 `json:"rss_bytes"`
-				} `json:"points"`
-			}
-			if json.Unmarshal(m, &v) == nil {
-				var pts []string
-				for _, p := range v.Points {
-					pts = append(pts, mib(p.RSS))
-				}
-				note := ""
-				if v.Agent {
-					note = ", a stand-in RPC agent set"
-				}
-				fmt.Fprintf(w, "- %s: RSS over %d new/release cycles (%.1f s%s), every %d: %s\n", v.Impl, v.Cycles, v.Secs, note, v.Cycles/max(1, len(v.Points)), strings.Join(pts, " "))
-			}
-		}
-	}
-}
-
-func num(p *float64, prec int) string {
-	if p == nil {
-		return "-"
-	}
-	return strconv.FormatFloat(*p, 'f', prec, 64)
-}
-
-func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

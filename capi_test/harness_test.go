@@ -70,9 +70,6 @@ func requireLibrary(t testing.TB, rel, makeTarget string) string {
 // cFlags are the flags every C test program compiles with.
 var cFlags = []string{"-std=c99", "-Wall", "-Wextra", "-Werror", "-pthread"}
 
-// cxxFlags are the flags every C++ test program compiles with.
-var cxxFlags = []string{"-std=c++17", "-Wall", "-Wextra", "-Werror", "-pthread"}
-
 // buildC compiles the C source src (relative to capi_test/, e.g. "c/ops.c")
 // against include/ and build/libdistautograd.so, with extraFlags after the
 // usual ones, and returns the program's path (in the test's temporary
@@ -81,12 +78,6 @@ var cxxFlags = []string{"-std=c++17", "-Wall", "-Wextra", "-Werror", "-pthread"}
 func buildC(t testing.TB, src string, extraFlags ...string) string {
 	t.Helper()
 	return buildWith(t, "gcc", cFlags, src, extraFlags)
-}
-
-// buildCXX is buildC for a C++ source, compiled with g++ -std=c++17.
-func buildCXX(t testing.TB, src string, extraFlags ...string) string {
-	t.Helper()
-	return buildWith(t, "g++", cxxFlags, src, extraFlags)
 }
 
 func buildWith(t testing.TB, compiler string, flags []string, src string, extraFlags []string) string {

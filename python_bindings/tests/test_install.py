@@ -1,77 +1,154 @@
-"""`pip install --no-build-isolation ./python_bindings` works offline and
-installs a package that carries its own libdistautograd.so.
+"""The package installs as a user installs it, in a bare virtual environment
+(``python -m venv``: its own pip, no system site-packages), offline:
 
-The install goes into a throwaway virtual environment made with
-``python3 -m venv --without-pip --system-site-packages`` (Debian's Python is
-externally managed; the venv borrows the system's pip, setuptools and
-wheel), and nothing outside the temporary folder changes, apart from the
-gitignored build folders that pip's in-tree build leaves in python_bindings/.
-It takes a few seconds.
+- ``make wheel`` writes a platform wheel with the library inside, and
+  ``pip install`` of that file works and imports from anywhere;
+- ``pip install ./python_bindings`` builds the same wheel through the
+  project's standard-library build backend (no setuptools, no wheel package);
+- ``python -m distautograd`` says what was loaded.
+
+Nothing outside the temporary folder changes. A few seconds per venv.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import unittest
+import zipfile
+from typing import Dict
 
 from . import _support
 
+#: pip run offline, deaf to the user's configuration.
+PIP_ENV = dict(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1",
+               PIP_CONFIG_FILE=os.devnull, PIP_NO_INPUT="1")
 
-def _missing_tools() -> "str | None":
-    import importlib.util
 
-    missing = [m for m in ("pip", "setuptools", "wheel", "venv") if importlib.util.find_spec(m) is None]
-    if missing:
-        return "%s: no %s (Debian: python3-pip)" % (sys.executable, ", ".join(missing))
-    return None
+def _bare_env() -> Dict[str, str]:
+    """The environment of a user's shell: no hint where the library is, no
+    make flags from an outer `make test`."""
+    env = _support.child_env(DISTAUTOGRAD_LIBRARY=None, PYTHONPATH=None, MAKEFLAGS=None, MFLAGS=None,
+                             MAKELEVEL=None, MAKEOVERRIDES=None, **PIP_ENV)
+    return env
+
+
+def _version() -> str:
+    import distautograd
+
+    return distautograd.__version__
 
 
 class Install(unittest.TestCase):
-    def test_pip_install_into_venv(self) -> None:
-        problem = _missing_tools()
-        if problem:
-            _support.loud_skip(self, problem)
-        with tempfile.TemporaryDirectory() as tmp:
-            venv = os.path.join(tmp, "venv")
-            subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", venv],
-                           check=True, capture_output=True)
-            py = os.path.join(venv, "bin", "python")
-            env = _support.child_env(DISTAUTOGRAD_LIBRARY=None, PYTHONPATH=None, PIP_NO_INDEX="1",
-                                     PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1",
-                                     PIP_CONFIG_FILE=os.devnull)
-            p = subprocess.run(
-                [py, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-deps",
-                 os.path.join(_support.ROOT, "python_bindings")],
-                env=env, cwd=tmp, capture_output=True, text=True, timeout=300,
-            )
-            self.assertEqual(p.returncode, 0, "pip install failed:\n" + p.stdout[-3000:] + p.stderr[-3000:])
-            # Imported from elsewhere, with no hint: the package finds its own .so.
-            p = _support.run_python("""
-                import json, os, sys
-                import distautograd as D
-                from distautograd import _lib
-                D._init(3)
-                with D.context() as cid:
-                    known = D._current_context()._known_worker_ids()
-                here = os.path.dirname(D.__file__)
-                print(json.dumps({"file": D.__file__, "lib": _lib.PATH, "cid": cid, "known": sorted(known),
-                                  "typed": os.path.isfile(os.path.join(here, "py.typed")),
-                                  "prefix": sys.prefix, "version": D.__version__}))
-            """, env=env, cwd=tmp, python=py)
-            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-            out = json.loads(p.stdout.strip().splitlines()[-1])
-            site = os.path.realpath(venv)
-            self.assertTrue(os.path.realpath(out["file"]).startswith(site), out)
-            self.assertEqual(os.path.realpath(out["lib"]),
-                             os.path.join(os.path.realpath(os.path.dirname(out["file"])), "libdistautograd.so"))
-            self.assertEqual(out["cid"], _support.FIRST_ID)
-            self.assertTrue(out["typed"])
-            import distautograd
+    def setUp(self) -> None:
+        if importlib.util.find_spec("venv") is None or importlib.util.find_spec("ensurepip") is None:
+            _support.loud_skip(self, "%s has no venv/ensurepip (Debian: python3-venv)" % sys.executable)
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.tmp = tmp.name
+        self.env = _bare_env()
 
-            self.assertEqual(out["version"], distautograd.__version__)
+    def bare_venv(self) -> str:
+        """Makes a venv with its own pip and nothing else; returns its python."""
+        venv = os.path.join(self.tmp, "venv")
+        p = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8") as f:
+            self.assertIn("include-system-site-packages = false", f.read())
+        return os.path.join(venv, "bin", "python")
+
+    def pip_install(self, python: str, what: str) -> None:
+        p = subprocess.run([python, "-m", "pip", "install", "--no-index", "--no-deps", what],
+                           env=self.env, cwd=self.tmp, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, "pip install %s failed:\n%s%s" % (what, p.stdout[-3000:], p.stderr[-3000:]))
+
+    def check_installed(self, python: str) -> None:
+        """Imported from elsewhere, with no hint: the package finds its own .so."""
+        p = _support.run_python("""
+            import json, os, sys
+            import distautograd as D
+            from distautograd import _lib
+            D._init(3)
+            with D.context() as cid:
+                known = D._current_context()._known_worker_ids()
+            here = os.path.dirname(D.__file__)
+            print(json.dumps({"file": D.__file__, "lib": _lib.PATH, "cid": cid,
+                              "typed": os.path.isfile(os.path.join(here, "py.typed")),
+                              "version": D.__version__}))
+        """, env=self.env, cwd=self.tmp, python=python)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        venv = os.path.realpath(os.path.join(os.path.dirname(python), os.pardir))
+        self.assertTrue(os.path.realpath(out["file"]).startswith(venv + os.sep), out)
+        pkg = os.path.realpath(os.path.dirname(out["file"]))
+        self.assertEqual(os.path.realpath(out["lib"]), os.path.join(pkg, "libdistautograd.so"))
+        self.assertEqual(out["cid"], _support.FIRST_ID)
+        self.assertTrue(out["typed"])
+        self.assertEqual(out["version"], _version())
+
+        p = subprocess.run([python, "-m", "distautograd"], env=self.env, cwd=self.tmp,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        lines = p.stdout.splitlines()
+        self.assertEqual(lines[0], "distautograd " + _version())
+        self.assertIn("library:       " + os.path.join(pkg, "libdistautograd.so"), p.stdout)
+        self.assertIn("found in:    the package's own folder", p.stdout)
+        self.assertTrue(any(line.startswith("torch backend: ") for line in lines), p.stdout)
+        info = json.loads("\n".join(lines[lines.index("debug info (this process, after _init(0)):") + 1:]))
+        self.assertEqual(info["num_autograd_contexts"], 0)
+
+    def test_wheel_into_bare_venv(self) -> None:
+        out = os.path.join(self.tmp, "dist")
+        p = subprocess.run(["make", "--no-print-directory", "-C", _support.ROOT, "wheel", "WHEEL_DIR=" + out,
+                            "PYTHON=" + sys.executable],
+                           env=self.env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+        name = "distautograd-%s-py3-none-%s.whl" % (_version(), platform)
+        self.assertEqual(os.listdir(out), [name])
+        wheel = os.path.join(out, name)
+
+        with zipfile.ZipFile(wheel) as z:
+            names = set(z.namelist())
+            dist_info = "distautograd-%s.dist-info/" % _version()
+            for want in ("distautograd/__init__.py", "distautograd/__main__.py", "distautograd/py.typed",
+                         "distautograd/libdistautograd.so", dist_info + "METADATA", dist_info + "WHEEL",
+                         dist_info + "RECORD"):
+                self.assertIn(want, names)
+            self.assertFalse([n for n in names if "__pycache__" in n or n.endswith(".pyc")], names)
+            wheel_meta = z.read(dist_info + "WHEEL").decode()
+            self.assertIn("Root-Is-Purelib: false\n", wheel_meta)
+            self.assertIn("Tag: py3-none-%s\n" % platform, wheel_meta)
+            self.assertIn("Version: %s\n" % _version(), z.read(dist_info + "METADATA").decode())
+            with open(os.path.realpath(_support.BUILD_LIB), "rb") as f:
+                self.assertEqual(z.read("distautograd/libdistautograd.so"), f.read())
+            # RECORD lists every other file with its sha256 and size.
+            record = {}
+            for line in z.read(dist_info + "RECORD").decode().splitlines():
+                path, digest, size = line.rsplit(",", 2)
+                record[path] = (digest, size)
+            self.assertEqual(set(record), names)
+            for path in names - {dist_info + "RECORD"}:
+                data = z.read(path)
+                digest = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                self.assertEqual(record[path], (digest, str(len(data))), path)
+
+        python = self.bare_venv()
+        self.pip_install(python, wheel)
+        self.check_installed(python)
+
+    def test_source_install_into_bare_venv(self) -> None:
+        # pip builds through pyproject.toml's backend, in an isolated build
+        # environment into which it installs nothing (requires = []).
+        python = self.bare_venv()
+        self.pip_install(python, os.path.join(_support.ROOT, "python_bindings"))
+        self.check_installed(python)
 
 
 if __name__ == "__main__":

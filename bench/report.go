@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MachineInfo is what the run ran on: enough to tell whether two runs can be
+// compared.
+type MachineInfo struct {
+	CPU      string `json:"cpu"`                      // lscpu's model name, family and model
+	Cores    int    `json:"cores"`                    // runtime.NumCPU
+	Virtual  string `json:"virtualization,omitempty"` // hypervisor, threads per core
+	MemTotal string `json:"memory"`
+	OS       string `json:"os"`
+	Libc     string `json:"libc"`
+	CXX      string `json:"cxx"`
+	Go       string `json:"go"`
+	Torch    string `json:"torch"`
+	LoadAvg  string `json:"load_at_start"` // /proc/loadavg's 1, 5 and 15 minute figures
+}
+
+// Machine describes this machine, with the torch of cfg.Python.
+func Machine(cfg Config) MachineInfo {
+	m := MachineInfo{CPU: "unknown CPU", Cores: runtime.NumCPU(), Go: runtime.Version()}
+	if out, err := exec.Command("lscpu").Output(); err == nil {
+		fields := map[string]string{}
+		for _, line := range strings.Split(string(out), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				fields[strings.TrimSpace(k)] = strings.TrimSpace(v)
+			}
+		}
+		if v := fields["Model name"]; v != "" {
+			m.CPU = v
+			if f, mo := fields["CPU family"], fields["Model"]; f != "" && mo != "" {
+				m.CPU += fmt.Sprintf(" (family %s, model %s)", f, mo)
+			}
+		}
+		if v := fields["Hypervisor vendor"]; v != "" {
+			m.Virtual = v
+		}
+		if tpc := fields["Thread(s) per core"]; tpc != "" {
+			per := tpc + " threads per core"
+			if tpc == "1" {
+				per = "1 thread per core"
+			}
+			m.Virtual = strings.TrimPrefix(m.Virtual+", "+per, ", ")
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				if kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64); err == nil {
+					m.MemTotal = fmt.Sprintf("%.0f GiB", kb/(1<<20))
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/etc/os-release"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
+				m.OS = strings.Trim(v, `"`)
+			}
+		}
+	}
+	m.Libc = firstLine("getconf", "GNU_LIBC_VERSION")
+	if v := firstLine("g++", "-dumpfullversion"); v != "" {
+		m.CXX = "g++ " + v
+	}
+	if v := firstLine(cfg.Python, "-c", "import torch; print(torch.__version__)"); v != "" {
+		m.Torch = "torch " + v + " (" + cfg.Python + ")"
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
+	return m
+}
+
+func firstLine(name string, args ...string) string {
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "GLOG_minloglevel=2")
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
+
+func (m MachineInfo) String() string {
+	parts := []string{fmt.Sprintf("%s, %d cores", m.CPU, m.Cores)}
+	if m.Virtual != "" {
+		parts = append(parts, m.Virtual)
+	}
+	for _, p := range []string{m.MemTotal, m.OS, m.Libc, m.CXX, m.Go, m.Torch} {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	s := strings.Join(parts, "; ")
+	if m.LoadAvg != "" {
+		s += "; load average at the start " + m.LoadAvg
+	}
+	return s
+}
+
+// PrintTables writes the report as Markdown: the machine and date, a table
+// per level, and the memory figures.
+func PrintTables(w io.Writer, rep Report) {
+	date := rep.Date
+	if t, err := time.Parse(time.RFC3339, rep.Date); err == nil {
+		date = t.Format("2006-01-02 15:04 UTC")
+	}
+	fmt.Fprintf(w, "Run of %s (`go run ./bench %s`, %.0f s).\n\n", date, rep.Args, rep.Seconds)
+	fmt.Fprintf(w, "Machine: %s.\n\n", rep.Machine)
+	switch rep.Clock {
+	case "cpu", "":
+		fmt.Fprintln(w, "Samples timed by each thread's CPU time (`-clock cpu`); medians of alternated samples; ratio = distautograd / native (below 1: distautograd is faster).")
+	default:
+		fmt.Fprintln(w, "Samples timed by the wall clock (`-clock wall`); medians of alternated samples; ratio = distautograd / native (below 1: distautograd is faster).")
+	}
+	for _, level := range []string{"c", "python"} {
+		var rows []Row
+		for _, r := range rep.Rows {
+			if r.Level == level {
+				rows = append(rows, r)
+			}
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		title := map[string]string{"c": "C level (bench/cxx/harness.cpp)", "python": "Python level (bench/pybench.py, one process per implementation)"}[level]
+		native := map[string]string{"c": "native", "python": "torch"}[level]
+		fmt.Fprintf(w, "\n#### %s\n\n", title)
+		fmt.Fprintf(w, "| operation | threads | distautograd ns/op | %s ns/op | ratio |\n", native)
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+		for _, r := range rows {
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s |\n", r.Label, r.Threads, num(r.DistautogradNs, 1), num(r.NativeNs, 1), ratio(r.Ratio))
+		}
+		if level == "c" {
+			fmt.Fprintln(w, "\nWhat one iteration calls (distautograd / native):")
+			fmt.Fprintln(w)
+			seen := map[string]bool{}
+			for _, r := range rows {
+				if !seen[r.Op] {
+					seen[r.Op] = true
+					fmt.Fprintf(w, "- %s: %s / %s\n", r.Label, r.DacCall, r.NativeCall)
+				}
+			}
+		}
+	}
+	if len(rep.Memory.Live)+len(rep.Memory.Cycles) > 0 {
+		fmt.Fprintln(w, "\n#### Memory (one process per measurement)")
+		fmt.Fprintln(w)
+		for _, m := range rep.Memory.Live {
+			var v struct {
+				Impl     string  `json:"impl"`
+				N        int     `json:"live_contexts"`
+				Before   int64   `json:"rss_before_bytes"`
+				After    int64   `json:"rss_after_bytes"`
+				PerCtx   float64 `json:"bytes_per_context"`
+				Duration float64 `json:"seconds"`
+			}
+			if json.Unmarshal(m, &v) == nil {
+				fmt.Fprintf(w, "- %s: %.0f bytes per live context at %d live contexts (RSS %s -> %s)\n", v.Impl, v.PerCtx, v.N, mib(v.Before), mib(v.After))
+			}
+		}
+		for _, m := range rep.Memory.Cycles {
+			var v struct {
+				Impl   string  `json:"impl"`
+				Cycles int     `json:"cycles"`
+				Agent  bool    `json:"agent"`
+				Secs   float64 `json:"seconds"`
+				Points []struct {
+					Cycles int   `json:"cycles"`
+					RSS    int64 `json:"rss_bytes"`
+				} `json:"points"`
+			}
+			if json.Unmarshal(m, &v) == nil {
+				var pts []string
+				for _, p := range v.Points {
+					pts = append(pts, mib(p.RSS))
+				}
+				note := ""
+				if v.Agent {
+					note = ", a stand-in RPC agent set"
+				}
+				fmt.Fprintf(w, "- %s: RSS over %d new/release cycles (%.1f s%s), every %d: %s\n", v.Impl, v.Cycles, v.Secs, note, v.Cycles/max(1, len(v.Points)), strings.Join(pts, " "))
+			}
+		}
+	}
+}
+
+func num(p *float64, prec int) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*p, 'f', prec, 64)
+}
+
+// ratio prints a ratio with two significant digits at least (0.00045, 0.21,
+// 1.4, 33): a small one must not print as 0.00.
+func ratio(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	r := *p
+	switch {
+	case r <= 0:
+		return strconv.FormatFloat(r, 'f', 2, 64)
+	case r >= 100:
+		return strconv.FormatFloat(r, 'f', 0, 64)
+	case r >= 10:
+		return strconv.FormatFloat(r, 'f', 1, 64)
+	case r >= 0.1:
+		return strconv.FormatFloat(r, 'f', 2, 64)
+	}
+	digits := 1 - int(math.Floor(math.Log10(r)))
+	return strconv.FormatFloat(r, 'f', digits, 64)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// The README section that make bench rewrites lies between these lines.
+const (
+	beginMarker = "<!-- bench:begin (make bench writes this section from build/bench.json; edits are lost) -->"
+	endMarker   = "<!-- bench:end -->"
+)
+
+// RewriteSection replaces what lies between the markers in path with the
+// report's tables.
+func RewriteSection(path string, rep Report) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	begin := bytes.Index(b, []byte(beginMarker))
+	end := bytes.Index(b, []byte(endMarker))
+	if begin < 0 || end < begin {
+		return fmt.Errorf("%s has no section between %q and %q to rewrite", path, beginMarker, endMarker)
+	}
+	var out bytes.Buffer
+	out.Write(b[:begin+len(beginMarker)])
+	out.WriteString("\n\n")
+	PrintTables(&out, rep)
+	out.WriteString("\n")
+	out.Write(b[end:])
+	return os.WriteFile(path, out.Bytes(), 0o644)
+}

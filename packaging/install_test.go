@@ -1,0 +1,261 @@
+// Package packaging tests `make install` as a C or C++ user meets it: the
+// tree it writes into a staging DESTDIR, then a C program built with nothing
+// but `pkg-config --cflags --libs distautograd` and a CMake project that
+// calls find_package(distautograd), both built and run against that tree,
+// then `make uninstall`. Like capi_test it never builds the library: make
+// test does, and a stale build fails here.
+package packaging
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// root is the repository root, from this package's directory.
+const root = ".."
+
+const prefix = "/usr/local"
+
+// makeEnv is the environment of a make run from a test: the outer make's
+// flags and variables (a `make test PREFIX=...` passes them down in
+// MAKEFLAGS) must not reach it.
+func makeEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		switch strings.SplitN(kv, "=", 2)[0] {
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "DESTDIR", "PREFIX":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func run(t *testing.T, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func need(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed by this test (apt-get install cmake pkg-config gcc g++; .ci/run installs them): %v", tool, err)
+		}
+	}
+}
+
+// headerVersion returns DAC_VERSION_STRING from the header.
+func headerVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "include", "distautograd.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`#define DAC_VERSION_STRING "([^"]+)"`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("no DAC_VERSION_STRING in include/distautograd.h")
+	}
+	return string(m[1])
+}
+
+// install runs make install into a fresh DESTDIR and returns it.
+func install(t *testing.T) string {
+	t.Helper()
+	need(t, "make")
+	cmd := exec.Command("make", "-q", "all")
+	cmd.Dir = root
+	cmd.Env = makeEnv()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("make -q all: %v: the library is not up to date: run make first", err)
+	}
+	destdir := t.TempDir()
+	run(t, root, makeEnv(), "make", "--no-print-directory", "install", "DESTDIR="+destdir, "PREFIX="+prefix)
+	return destdir
+}
+
+// files lists what is under dir (relative paths; links as "path -> target").
+func files(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if info.Mode()&os.ModeSymlink != 0 {
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			rel += " -> " + target
+		}
+		out = append(out, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkRun runs a consumer program and checks it used the installed library
+// and that a context round trip behaved.
+func checkRun(t *testing.T, prog string, env []string, libdir string) {
+	t.Helper()
+	out := run(t, filepath.Dir(prog), env, prog)
+	if !strings.Contains(out, "library "+filepath.Join(libdir, "libdistautograd.so.")) {
+		t.Errorf("%s did not load the installed library from %s:\n%s", filepath.Base(prog), libdir, out)
+	}
+	for _, want := range []string{
+		"context 844424930131968\n",
+		"after release: Could not find autograd context with id: 844424930131968\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s: no %q in its output:\n%s", filepath.Base(prog), want, out)
+		}
+	}
+}
+
+func TestInstallTree(t *testing.T) {
+	version := headerVersion(t)
+	major := strings.SplitN(version, ".", 2)[0]
+	destdir := install(t)
+	got := strings.Join(files(t, destdir), "\n")
+	want := strings.Join([]string{
+		"usr/local/include/distautograd.h",
+		"usr/local/include/distautograd.hpp",
+		"usr/local/lib/cmake/distautograd/distautograd-config-version.cmake",
+		"usr/local/lib/cmake/distautograd/distautograd-config.cmake",
+		"usr/local/lib/libdistautograd.so -> libdistautograd.so." + major,
+		"usr/local/lib/libdistautograd.so." + major + " -> libdistautograd.so." + version,
+		"usr/local/lib/libdistautograd.so." + version,
+		"usr/local/lib/pkgconfig/distautograd.pc",
+	}, "\n")
+	// The torch backend joins the tree when it was built.
+	var extra []string
+	for _, line := range strings.Split(got, "\n") {
+		if strings.Contains(line, "distautograd_torch") || strings.Contains(line, "distautograd-torch") {
+			extra = append(extra, line)
+		}
+	}
+	for _, line := range extra {
+		got = strings.Replace(got, line+"\n", "", 1)
+	}
+	if got != want {
+		t.Errorf("installed tree:\n%s\nwant:\n%s", got, want)
+	}
+
+	f, err := elf.Open(filepath.Join(destdir, "usr/local/lib/libdistautograd.so."+version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if soname, err := f.DynString(elf.DT_SONAME); err != nil || len(soname) != 1 || soname[0] != "libdistautograd.so."+major {
+		t.Errorf("DT_SONAME = %q, %v; want libdistautograd.so.%s", soname, err, major)
+	}
+	if st, err := os.Stat(filepath.Join(destdir, "usr/local/lib/libdistautograd.so."+version)); err != nil || st.Mode().Perm() != 0o755 {
+		t.Errorf("the library's mode: %v, %v; want 0755", st.Mode(), err)
+	}
+	pc, err := os.ReadFile(filepath.Join(destdir, "usr/local/lib/pkgconfig/distautograd.pc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(pc), "prefix="+prefix+"\n") || strings.Contains(string(pc), destdir) {
+		t.Errorf("distautograd.pc must name PREFIX (%s), never the staging DESTDIR (%s):\n%s", prefix, destdir, pc)
+	}
+
+	run(t, root, makeEnv(), "make", "--no-print-directory", "uninstall", "DESTDIR="+destdir, "PREFIX="+prefix)
+	if left := files(t, destdir); len(left) != 0 {
+		t.Errorf("make uninstall left %q", left)
+	}
+}
+
+// TestPkgConfigConsumer builds a C program with nothing but what pkg-config
+// says, against the staged tree (PKG_CONFIG_SYSROOT_DIR: how a staged
+// install is used before it is copied into place), and runs it.
+func TestPkgConfigConsumer(t *testing.T) {
+	need(t, "pkg-config", "gcc")
+	destdir := install(t)
+	libdir := filepath.Join(destdir, "usr/local/lib")
+	env := append(makeEnv(),
+		"PKG_CONFIG_LIBDIR="+filepath.Join(libdir, "pkgconfig"), // this tree's .pc files only
+		"PKG_CONFIG_PATH=",
+		"PKG_CONFIG_SYSROOT_DIR="+destdir)
+	if v := strings.TrimSpace(run(t, destdir, env, "pkg-config", "--modversion", "distautograd")); v != headerVersion(t) {
+		t.Errorf("pkg-config --modversion distautograd = %q, want %q", v, headerVersion(t))
+	}
+	flags := strings.Fields(run(t, destdir, env, "pkg-config", "--cflags", "--libs", "distautograd"))
+	src, err := filepath.Abs(filepath.Join("testdata", "consumer.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(t.TempDir(), "consumer")
+	run(t, destdir, env, "gcc", append([]string{"-std=c99", "-Wall", "-Wextra", "-Werror", src, "-o", prog}, flags...)...)
+	// The staged lib directory is not one the loader searches: say where it is,
+	// as `make install` into /usr/local plus ldconfig would.
+	checkRun(t, prog, append(env, "LD_LIBRARY_PATH="+libdir), libdir)
+}
+
+// TestCMakeConsumer builds a C++ project that calls find_package and links
+// distautograd::distautograd, against the staged tree, and runs it: CMake
+// puts the imported library's directory in the build tree's RUNPATH.
+func TestCMakeConsumer(t *testing.T) {
+	need(t, "cmake", "g++")
+	destdir := install(t)
+	libdir := filepath.Join(destdir, "usr/local/lib")
+	src, err := filepath.Abs(filepath.Join("testdata", "cmake"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	env := append(makeEnv(), "CMAKE_PREFIX_PATH=", "LD_LIBRARY_PATH=")
+	run(t, bin, env, "cmake", "-S", src, "-B", bin,
+		"-DCMAKE_PREFIX_PATH="+filepath.Join(destdir, "usr/local"),
+		"-DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF", "-DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF",
+		"-DCMAKE_CXX_FLAGS=-Wall -Wextra -Werror")
+	run(t, bin, env, "cmake", "--build", bin)
+	checkRun(t, filepath.Join(bin, "consumer"), env, libdir)
+
+	// A version the install cannot satisfy is refused, as the version file says.
+	bad := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(src, "CMakeLists.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists := strings.Replace(string(b), "find_package(distautograd 0.1 REQUIRED)", "find_package(distautograd 1.0 REQUIRED)", 1)
+	if lists == string(b) {
+		t.Fatal("testdata/cmake/CMakeLists.txt no longer asks for distautograd 0.1")
+	}
+	for _, name := range []string{"CMakeLists.txt", "consumer.cpp"} {
+		data := []byte(lists)
+		if name != "CMakeLists.txt" {
+			if data, err = os.ReadFile(filepath.Join(src, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(bad, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("cmake", "-S", bad, "-B", filepath.Join(bad, "build"), "-DCMAKE_PREFIX_PATH="+filepath.Join(destdir, "usr/local"))
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `compatible with requested version "1.0"`) {
+		t.Errorf("find_package(distautograd 1.0) with %s installed: err %v, want the version refused:\n%s", headerVersion(t), err, out)
+	}
+}

@@ -1,0 +1,80 @@
+"""``python -m distautograd``: what to know first about this install.
+
+The version, the library file that was loaded and how it was found, whether
+the torch backend is active, and the library's debug information (of a
+container initialized for worker 0 in this short-lived process). Exit
+status 0 when the library loaded and answered.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import List
+
+
+def _found_by(path: str) -> str:
+    from . import _lib
+
+    if os.environ.get(_lib.LIBRARY_ENV):
+        return "$%s" % _lib.LIBRARY_ENV
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.path.dirname(os.path.abspath(path)) == here:
+        return "the package's own folder"
+    return "the checkout's build/ (PYTHONPATH use)"
+
+
+def _describe_path(path: str) -> str:
+    real = os.path.realpath(path)
+    return path if real == os.path.abspath(path) else "%s -> %s" % (path, real)
+
+
+def _torch_backend() -> str:
+    import importlib
+
+    try:
+        backend = importlib.import_module("distautograd.torch")
+    except ImportError as e:
+        if getattr(e, "name", None) == "distautograd.torch":
+            return "not available (this package has no distautograd.torch)"
+        return "not available (importing distautograd.torch failed: %s)" % e
+    try:
+        return "active" if backend.active() else "inactive"
+    except Exception as e:  # the report must come out whatever the backend does
+        return "unknown (distautograd.torch.active() raised %s: %s)" % (type(e).__name__, e)
+
+
+def report() -> List[str]:
+    import distautograd as D
+    from . import _lib
+
+    lines = [
+        "distautograd %s" % D.__version__,
+        "package:       %s" % os.path.dirname(os.path.abspath(D.__file__)),
+        "library:       %s" % _describe_path(_lib.PATH),
+        "  found in:    %s" % _found_by(_lib.PATH),
+        "python:        %s %s" % (sys.executable, sys.version.split()[0]),
+        "torch backend: %s" % _torch_backend(),
+    ]
+    # The container of this fresh process is not initialized yet, and the
+    # debug information needs one: worker 0 here, which nothing else sees.
+    try:
+        info = _lib.debug_info()
+        lines.append("debug info:")
+    except D.DistAutogradError as e:
+        if e.status != D.Status.ERR_NOT_INITIALIZED:
+            raise
+        D._init(0)
+        info = _lib.debug_info()
+        lines.append("debug info (this process, after _init(0)):")
+    lines += ["  %s" % line for line in json.dumps(info, indent=2, sort_keys=True).splitlines()]
+    return lines
+
+
+def main() -> int:
+    print("\n".join(report()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
