@@ -92,7 +92,7 @@ lint-staticcheck:
 RESULTS := $(BUILD)/test-results
 export GOTESTSUM_FORMAT ?= testname
 
-test-go: $(LIB) $(BUILD)/testing/libdistautograd.so $(BUILD)/asan/libdistautograd.so ## the Go tests with the race detector, the C/C++ ABI tests among them
+test-go: all $(BUILD)/testing/libdistautograd.so $(BUILD)/asan/libdistautograd.so ## the Go tests with the race detector, the C/C++ ABI tests among them
 	@mkdir -p $(RESULTS)
 	$(GO) tool gotestsum --format-hide-empty-pkg --jsonfile $(RESULTS)/go.json -- -race -count=1 ./...
 

@@ -1,7 +1,6 @@
 package container_test
 
 import (
-	"fmt"
 	"sync"
 	"testing"
 
@@ -10,8 +9,6 @@ import (
 
 	"distautograd/container"
 )
-
-func hex(v uint64) string { return fmt.Sprintf("%#x", v) }
 
 func TestNewContextIsEmpty(t *testing.T) {
 	ctx := newTestContext(t, newContainer(t), first3)

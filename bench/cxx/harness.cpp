@@ -339,6 +339,18 @@ const Op kOps[] = {
      "addKnownWorkerId", true, false, dacAddWorker, NAT(natAddWorker)},
     {"context_id", "context id of a context (C ABI)", kCABI, "dac_context_id", "contextId", true, false,
      dacContextID, NAT(natContextID)},
+    // Contended: every thread on one context, a backward pass's pattern
+    // (each RPC thread retrieves, checks and extends the pass's context).
+    {"shared_retrieve", "retrieve, every thread on one context (C ABI)", kCABI,
+     "dac_context_retrieve, dac_context_unref", "retrieveContext, ContextPtr dropped", true, false, dacRetrieve,
+     NAT(N::retrieve)},
+    {"shared_is_valid", "is-valid, every thread on one context (C ABI)", kCABI, "dac_context_is_valid",
+     "isValidContext", true, false, dacIsValid, NAT(N::isValid)},
+    {"shared_get_or_create", "get-or-create, every thread on one context (C ABI)", kCABI,
+     "dac_context_get_or_create, dac_context_unref", "getOrCreateContext, ContextPtr dropped", true, false,
+     dacGetOrCreate, NAT(N::getOrCreate)},
+    {"shared_add_known_worker", "add known worker, already known, every thread on one context (C ABI)", kCABI,
+     "dac_context_add_known_worker_id", "addKnownWorkerId", true, false, dacAddWorker, NAT(natAddWorker)},
     {"cxx_new_release", "new+release of a context (C++ API)", kCXX,
      "distautograd.hpp: newContext, contextId, ContextPtr dropped, releaseContext",
      "newContext, contextId, ContextPtr dropped, releaseContext; with a stand-in RPC agent set", false, true,
@@ -350,7 +362,17 @@ const Op kOps[] = {
     {"cxx_get_or_create", "get-or-create, existing (C++ API)", kCXX,
      "distautograd.hpp: getOrCreateContext, ContextPtr dropped", "getOrCreateContext, ContextPtr dropped", true,
      false, D::getOrCreate, NAT(N::getOrCreate)},
+    {"shared_cxx_retrieve", "retrieve, every thread on one context (C++ API)", kCXX,
+     "distautograd.hpp: retrieveContext, ContextPtr dropped", "retrieveContext, ContextPtr dropped", true, false,
+     D::retrieve, NAT(N::retrieve)},
 };
+
+// Rows whose threads all work on one context, made once per sample.
+bool shared(const Op& op) { return std::strncmp(op.key, "shared_", 7) == 0; }
+
+// The one context of a shared sample (its fixture, made on the sampling
+// thread; each thread copies it).
+ThreadState g_shared;
 
 // ---- fixtures ----
 
@@ -407,14 +429,23 @@ void* runThread(void* p) {
   Body body = s.impl == kDac ? s.op->dac : s.op->nat;
   try {
     ThreadState t;
-    setUp(*s.op, s.impl, t);
+    if (shared(*s.op)) {
+      t.id = g_shared.id;
+      t.handle = g_shared.handle;
+      t.cxx = g_shared.cxx;
+#ifdef DAC_BENCH_NATIVE
+      t.nat = g_shared.nat;
+#endif
+    } else {
+      setUp(*s.op, s.impl, t);
+    }
     body(t, std::min(s.n, 64L));  // warm: the thread's first calls (Go binds an M to it)
     pthread_barrier_wait(&s.start);
     int64_t t0 = sampleNs();
     body(t, s.n);
     int64_t t1 = sampleNs();
     s.nsPerOp[size_t(a->index)] = double(t1 - t0) / double(s.n);
-    tearDown(*s.op, s.impl, t);
+    if (!shared(*s.op)) tearDown(*s.op, s.impl, t);
     g_sink = g_sink + t.sink;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "harness: %s on %s: %s\n", s.op->key, kImplName[s.impl], e.what());
@@ -435,6 +466,10 @@ double sample(const Op& op, Impl impl, int threads, long n) {
   s.n = n;
   s.nsPerOp.assign(size_t(threads), 0);
   pthread_barrier_init(&s.start, nullptr, unsigned(threads));
+  if (shared(op)) {
+    g_shared = ThreadState();
+    setUp(op, impl, g_shared);
+  }
   std::vector<pthread_t> tids(static_cast<size_t>(threads));
   std::vector<ThreadArg> args(static_cast<size_t>(threads));
   for (int i = 0; i < threads; ++i) {
@@ -444,6 +479,10 @@ double sample(const Op& op, Impl impl, int threads, long n) {
   }
   for (pthread_t tid : tids) pthread_join(tid, nullptr);
   pthread_barrier_destroy(&s.start);
+  if (shared(op)) {
+    tearDown(op, impl, g_shared);
+    g_shared = ThreadState();
+  }
   double sum = 0;
   for (double v : s.nsPerOp) sum += v;
   return sum / threads;
