@@ -91,10 +91,12 @@ class DistAutogradContext;
 class DistAutogradContainer;
 
 // A reference to a context; it keeps the context readable after the context
-// was released from the container. Its deleter drops the library's handle.
+// was released from the container. The last copy drops the library's handle.
 using ContextPtr = std::shared_ptr<DistAutogradContext>;
 
 namespace detail {
+
+struct ContextObject;
 
 // Throws the calling thread's last error if status is not DAC_OK; it reads
 // the message at once, before anything else can fail on this thread.
@@ -213,36 +215,34 @@ class DistAutogradContext {
   dac_context* handle() const noexcept { return handle_; }
 
  private:
-  friend ContextPtr detail::wrap(dac_context* handle);
+  friend struct detail::ContextObject;
   explicit DistAutogradContext(dac_context* handle) noexcept : handle_(handle) {}
-  ~DistAutogradContext() = default;
-
-  // The deleter of every ContextPtr: drops the handle (a failure is ignored:
-  // a deleter must not throw, and the handle is then dead already).
-  struct Deleter {
-    void operator()(DistAutogradContext* ctx) const noexcept {
-      (void)dac_context_unref(ctx->handle_);
-      delete ctx;
-    }
-  };
+  // Drops the handle's reference (a failure is ignored: a destructor must
+  // not throw, and the handle is then dead already).
+  ~DistAutogradContext() { (void)dac_context_unref(handle_); }
 
   dac_context* const handle_;
 };
 
 namespace detail {
 
+// What every ContextPtr points to: one allocation for the object and the
+// shared_ptr's count (make_shared), which a lookup's cost is mostly made of.
+struct ContextObject final : DistAutogradContext {
+  explicit ContextObject(dac_context* handle) noexcept : DistAutogradContext(handle) {}
+};
+
 // Takes ownership of a new reference: nullptr stays nullptr.
 inline ContextPtr wrap(dac_context* handle) {
   if (handle == nullptr) {
     return nullptr;
   }
-  DistAutogradContext* ctx = new (std::nothrow) DistAutogradContext(handle);
-  if (ctx == nullptr) {
+  try {
+    return std::make_shared<ContextObject>(handle);
+  } catch (...) {
     (void)dac_context_unref(handle);
-    throw std::bad_alloc();
+    throw;
   }
-  // On failure shared_ptr calls the deleter, which drops the handle.
-  return ContextPtr(ctx, DistAutogradContext::Deleter());
 }
 
 }  // namespace detail
