@@ -89,7 +89,16 @@ static void on_fork_prepare(void) {
 
 static void on_fork_parent(void) { fork_gate_open(); }
 
-static void on_fork_child(void) { c_forked = 1; }
+static void clear_for_child(void);
+
+/* In the child, the fast paths must find nothing to serve (the view gone,
+** the forking thread's message-id block empty, the initialized cache
+** cleared: the child's only thread is the one that forked), so that every
+** call reaches its slow path, which fails with DAC_ERR_FORKED first. */
+static void on_fork_child(void) {
+	c_forked = 1;
+	clear_for_child();
+}
 
 static void free_error_slot(void *p) {
 	tls_error = NULL; /* a later destructor's call allocates it anew */
@@ -156,6 +165,8 @@ static int forked(const char *fn) {
 static int c_initialized;
 
 static __attribute__((noinline)) int check_initialized_slow(void) {
+	if (c_forked)
+		return forked("dac_*");
 	int rc = dacgo_check_initialized(err());
 	if (rc == DAC_OK)
 		__atomic_store_n(&c_initialized, 1, __ATOMIC_RELEASE);
@@ -241,6 +252,8 @@ static DAC_TLS struct {
 
 /* The slow path, out of line so that the fast one saves no registers. */
 static __attribute__((noinline)) int new_message_id_block(int64_t *out) {
+	if (c_forked)
+		return forked("dac_new_autograd_message_id");
 	int64_t first = 0, count = 0;
 	int rc = dacgo_new_autograd_message_id_block(DAC_MESSAGE_ID_BLOCK, &first, &count, err());
 	if (rc != DAC_OK)
@@ -252,7 +265,6 @@ static __attribute__((noinline)) int new_message_id_block(int64_t *out) {
 }
 
 int dac_new_autograd_message_id(int64_t *out) {
-	GUARD_FORK();
 	CHECK_OUT(out);
 	if (__builtin_expect(tls_msg.next < tls_msg.end, 1)) {
 		*out = tls_msg.next++;
@@ -355,6 +367,8 @@ int dac_clear_current_context(void) {
 static dacc_view *g_view;
 
 static __attribute__((noinline)) dacc_view *fetch_view(void) {
+	if (c_forked)
+		return NULL; /* never into Go in a child: the callers' slow paths say why */
 	void *p = NULL;
 	dac_error_slot ignored;
 	if (dacgo_view(&p, &ignored) != DAC_OK)
@@ -368,6 +382,12 @@ static inline __attribute__((always_inline)) dacc_view *view(void) {
 	if (__builtin_expect(v == NULL, 0))
 		return fetch_view();
 	return v;
+}
+
+static void clear_for_child(void) {
+	__atomic_store_n(&g_view, NULL, __ATOMIC_RELAXED);
+	tls_msg.next = tls_msg.end = 0;
+	__atomic_store_n(&c_initialized, 0, __ATOMIC_RELAXED);
 }
 
 static inline dacc_record *record_at(const dacc_view *v, uint32_t index) {
@@ -448,26 +468,32 @@ static inline __attribute__((always_inline)) int acquire(int64_t id, uint64_t *h
 	return 1;
 }
 
+/* The fast paths below come before the fork guard: in a child they find
+** no view (clear_for_child) and fall through to it. */
+
 int dac_context_current(dac_context **out) {
-	GUARD_FORK();
 	CHECK_OUT(out);
 	uint64_t h = 0;
 	if (__builtin_expect(tls_current != DAC_INVALID_ID && acquire(tls_current, &h), 1)) {
 		*out = to_ptr(h);
 		return DAC_OK;
 	}
+	GUARD_FORK();
 	int rc = dacgo_context_current(tls_current, &h, err());
 	if (rc == DAC_OK)
 		*out = to_ptr(h);
 	return rc;
 }
 
-static inline __attribute__((always_inline)) int retrieve(int64_t context_id, int if_present, dac_context **out) {
+static inline __attribute__((always_inline)) int retrieve(const char *fn, int64_t context_id, int if_present,
+                                                         dac_context **out) {
 	uint64_t h = 0;
 	if (__builtin_expect(acquire(context_id, &h), 1)) {
 		*out = to_ptr(h);
 		return DAC_OK;
 	}
+	if (c_forked)
+		return forked(fn);
 	int rc = dacgo_context_retrieve(context_id, if_present, &h, err());
 	if (rc == DAC_OK)
 		*out = to_ptr(h);
@@ -475,25 +501,23 @@ static inline __attribute__((always_inline)) int retrieve(int64_t context_id, in
 }
 
 int dac_context_retrieve(int64_t context_id, dac_context **out) {
-	GUARD_FORK();
 	CHECK_OUT(out);
-	return retrieve(context_id, 0, out);
+	return retrieve(__func__, context_id, 0, out);
 }
 
 int dac_context_retrieve_if_present(int64_t context_id, dac_context **out) {
-	GUARD_FORK();
 	CHECK_OUT(out);
-	return retrieve(context_id, 1, out);
+	return retrieve(__func__, context_id, 1, out);
 }
 
 int dac_context_get_or_create(int64_t context_id, dac_context **out) {
-	GUARD_FORK();
 	CHECK_OUT(out);
 	uint64_t h = 0;
 	if (__builtin_expect(acquire(context_id, &h), 1)) {
 		*out = to_ptr(h);
 		return DAC_OK;
 	}
+	GUARD_FORK();
 	int rc = dacgo_context_get_or_create(context_id, &h, err());
 	if (rc == DAC_OK)
 		*out = to_ptr(h);
@@ -501,7 +525,6 @@ int dac_context_get_or_create(int64_t context_id, dac_context **out) {
 }
 
 int dac_context_is_valid(int64_t context_id) {
-	GUARD_FORK();
 	dacc_view *v = view();
 	uint32_t index;
 	dacc_record *r = v ? lookup(v, context_id, &index) : NULL;
@@ -513,6 +536,7 @@ int dac_context_is_valid(int64_t context_id) {
 		    ((__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) ^ st) & ~DACC_STATE_REFS) == 0)
 			return DAC_OK;
 	}
+	GUARD_FORK();
 	return dacgo_context_is_valid(context_id, err());
 }
 
@@ -522,7 +546,6 @@ int dac_context_is_valid(int64_t context_id) {
 ** DAC_ERR_NOT_INITIALIZED before dac_init, else why the handle is bad. */
 
 int dac_context_ref(dac_context *ctx) {
-	GUARD_FORK();
 	for (;;) {
 		uint32_t gen;
 		dacc_record *r = handle_record(to_handle(ctx), &gen);
@@ -534,6 +557,7 @@ int dac_context_ref(dac_context *ctx) {
 			}
 		}
 		/* Go says why not; DACC_RETRY: the state moved meanwhile. */
+		GUARD_FORK();
 		int rc = dacgo_context_ref(to_handle(ctx), 1, err());
 		if (rc != DACC_RETRY)
 			return rc;
@@ -541,7 +565,6 @@ int dac_context_ref(dac_context *ctx) {
 }
 
 int dac_context_unref(dac_context *ctx) {
-	GUARD_FORK();
 	for (;;) {
 		uint32_t gen;
 		dacc_record *r = handle_record(to_handle(ctx), &gen);
@@ -556,6 +579,7 @@ int dac_context_unref(dac_context *ctx) {
 		}
 		/* Go drops the last reference, or says why the handle is bad;
 		** DACC_RETRY: the state moved meanwhile. */
+		GUARD_FORK();
 		int rc = dacgo_context_ref(to_handle(ctx), -1, err());
 		if (rc != DACC_RETRY)
 			return rc;
@@ -563,7 +587,6 @@ int dac_context_unref(dac_context *ctx) {
 }
 
 int dac_context_id(dac_context *ctx, int64_t *out) {
-	GUARD_FORK();
 	CHECK_OUT(out);
 	uint32_t gen;
 	dacc_record *r = handle_record(to_handle(ctx), &gen);
@@ -576,11 +599,11 @@ int dac_context_id(dac_context *ctx, int64_t *out) {
 			return DAC_OK;
 		}
 	}
+	GUARD_FORK();
 	return dacgo_context_id(to_handle(ctx), out, err());
 }
 
 int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {
-	GUARD_FORK();
 	/* Already known (among the ids C sees) through a referenced handle:
 	** nothing to add, nothing to enter Go for. */
 	uint32_t gen;
@@ -593,6 +616,7 @@ int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {
 			if ((int32_t)r->workers[i] == worker_id)
 				return DAC_OK;
 	}
+	GUARD_FORK();
 	return dacgo_context_add_known_worker_id(to_handle(ctx), worker_id, err());
 }
 
