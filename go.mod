@@ -3,6 +3,7 @@ module distautograd
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
