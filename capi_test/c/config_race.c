@@ -2,7 +2,8 @@
 ** threads at once while other threads release contexts with known workers,
 ** ROUNDS times. Each round:
 **
-**   1. three setter threads each call dac_set_cleanup_sender,
+**   1. three setter threads each call dac_set_cleanup_sender (or
+**      dac_set_cleanup_sender_timeout),
 **      dac_set_log_hook, dac_set_cleanup_options and dac_set_max_contexts
 **      (in a random order) with values of their own (the sender and the
 **      hook five times, alternating between two values), while two threads
@@ -188,10 +189,14 @@ static struct round *cur_round;
 static struct recorder **all_senders;
 static size_t n_senders;
 
-static int set_sender_code(struct round *r, int i, int code) {
-	if (code == 0)
-		return dac_set_cleanup_sender(NULL, NULL);
-	return dac_set_cleanup_sender(code % 2 ? sender_a : sender_b, &r->senders[i]);
+/* with_timeout: through dac_set_cleanup_sender_timeout, whose bound no
+** call of these senders comes near. */
+static int set_sender_code(struct round *r, int i, int code, int with_timeout) {
+	dac_cleanup_sender fn = code == 0 ? NULL : code % 2 ? sender_a : sender_b;
+	void *data = code == 0 ? NULL : &r->senders[i];
+	if (with_timeout)
+		return dac_set_cleanup_sender_timeout(fn, data, BOUND_NS / 1000000);
+	return dac_set_cleanup_sender(fn, data);
 }
 
 static int set_hook_code(struct round *r, int i, int code) {
@@ -235,7 +240,7 @@ static void *setter_main(void *arg) {
 				r->call[i][what][rep] = now_ns();
 				switch (what) {
 				case SET_SENDER:
-					rc = set_sender_code(r, i, r->sender_code[i][value_at(rep)]);
+					rc = set_sender_code(r, i, r->sender_code[i][value_at(rep)], (i + rep) % 2);
 					break;
 				case SET_HOOK:
 					rc = set_hook_code(r, i, r->hook_code[i][value_at(rep)]);
@@ -428,7 +433,7 @@ int main(int argc, char **argv) {
 		}
 		if (want == got)
 			shortcut_rounds++;
-		MUST(set_sender_code(r, k, want));
+		MUST(set_sender_code(r, k, want, 0));
 		retire_all_but(want ? &r->senders[k] : NULL);
 		got = probe_sender();
 		if (got != want)
