@@ -19,17 +19,25 @@ import (
 // still running, once a dac_set_cleanup_sender that replaced it returned.
 // Three rounds in four are sender duels (two threads set one sender each,
 // then the main thread sets the one not in force). `make test` runs 1,000
-// rounds (about 4 s), DAC_LONG=1 (make fuzz) 20,000.
+// rounds (about 4 s), DAC_LONG=1 (make fuzz) 10 runs of 2,000.
 func TestConfigurationRaces(t *testing.T) {
 	t.Parallel()
 	bin := buildC(t, "c/config_race.c")
-	rounds := 1000
+	// A run is one process, under runEnv's bound: the long version is
+	// several of them.
+	rounds, runs := 1000, 1
 	if longRun() {
-		rounds = 20000
+		rounds, runs = 2000, 10
 	}
 	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	r := runEnv(t, nil, bin, strconv.Itoa(rounds), strconv.FormatInt(seed, 10))
+	t.Logf("seed %d (runs use seed, seed+1, ...)", seed)
+	for i := 0; i < runs && !t.Failed(); i++ {
+		checkConfigRace(t, runEnv(t, nil, bin, strconv.Itoa(rounds), strconv.FormatInt(seed+int64(i), 10)), rounds)
+	}
+}
+
+func checkConfigRace(t *testing.T, r result, rounds int) {
+	t.Helper()
 	require.Equal(t, 0, r.Code, "stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
 	var bugs []string
 	for _, line := range strings.Split(r.Stdout, "\n") {
