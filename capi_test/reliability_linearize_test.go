@@ -240,6 +240,11 @@ func runLinearize(t *testing.T, bin string, threads, ops int, seed int64) linear
 	require.NoError(t, err)
 	recs := make([]linRec, st.Size()/int64(binary.Size(linRec{})))
 	require.NoError(t, binary.Read(f, binary.LittleEndian, recs))
+	if dir := os.Getenv("DAC_LINEARIZE_KEEP"); dir != "" { // for a post-mortem
+		if b, err := os.ReadFile(hist); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, filepath.Base(hist)), b, 0o644)
+		}
+	}
 	require.NoError(t, os.Remove(hist))
 	return linearizeRun{recs: recs, stdout: r.Stdout}
 }
@@ -331,12 +336,24 @@ func describeIllegal(ops []porcupine.Operation, info porcupine.LinearizationInfo
 		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "epoch %d, id %d: %d of its %d calls linearize; the first that cannot be placed:\n  %s\n", first.Input.(linRec).Epoch, first.Input.(linRec).ID, len(best), len(part), first.Input.(linRec))
-		b.WriteString("calls around it:\n")
-		shown := 0
+		// The calls before it (by call time), and those that overlap it.
+		b.WriteString("calls of that id around it (by call time; * = in the linearized prefix):\n")
+		at := slices.IndexFunc(sorted, func(op porcupine.Operation) bool { return op.Input.(linRec) == first.Input.(linRec) })
+		for i := max(0, at-40); i < len(sorted) && i < at+15; i++ {
+			r := sorted[i].Input.(linRec)
+			mark := " "
+			if placed[r] {
+				mark = "*"
+			}
+			fmt.Fprintf(&b, " %s %s\n", mark, r)
+		}
+		// A call that ran long (preempted, or retrying inside the library)
+		// can take effect anywhere in its interval: those that ended
+		// shortly before are suspects the window above may not reach.
+		b.WriteString("calls of that id that took over 100 µs and ended in the 5 ms before it:\n")
 		for _, op := range sorted {
-			if op.Return >= first.Call-50_000 && op.Call <= first.Return+50_000 && shown < 30 {
-				fmt.Fprintf(&b, "  %s\n", op.Input.(linRec))
-				shown++
+			if op.Return-op.Call > 100_000 && op.Return <= first.Call && op.Return > first.Call-5_000_000 {
+				fmt.Fprintf(&b, "   %s\n", op.Input.(linRec))
 			}
 		}
 		return b.String()
