@@ -108,6 +108,12 @@ static void quiet_hook(void *user_data, int level, const char *message) {
 	(void)user_data, (void)level, (void)message;
 }
 
+static int drops;
+static void count_drop(uint64_t value) {
+	(void)value;
+	__atomic_add_fetch(&drops, 1, __ATOMIC_SEQ_CST);
+}
+
 static int table_sender(void *user_data, int32_t worker_id, int64_t context_id);
 static void table_hook(void *user_data, int level, const char *message);
 static int sender_data, hook_data, other_data;
@@ -188,7 +194,17 @@ static void run_table(int in_sender) {
 	    RC == DAC_OK && count == 1 && msgs[0] == 1 && fns[0] == 11);
 	ROW(dac_context_recv_functions, dac_context_recv_functions(h, msgs, fns, 4, &count),
 	    RC == DAC_OK && count == 1 && fns[0] == 12);
+	ROW(dac_context_set_host_value, dac_context_set_host_value(h, 0x1234, count_drop, &fn),
+	    RC == DAC_OK && fn == 0x1234);
+	ROW(dac_context_host_value, dac_context_host_value(h, &fn), RC == DAC_OK && fn == 0x1234);
+	/* The last reference: the context is out of the container, so its
+	** drop runs now, on this thread, inside the callback. */
+	int drops_before = __atomic_load_n(&drops, __ATOMIC_SEQ_CST);
 	MUST(dac_context_unref(h));
+	if (__atomic_load_n(&drops, __ATOMIC_SEQ_CST) != drops_before + 1) {
+		bugs++;
+		printf("BUG: from inside the %s: the host value's drop did not run at the last unref\n", where);
+	}
 
 	/* ---- the fan-out: each setter puts back what was in force ---- */
 	ROW(dac_set_cleanup_sender, dac_set_cleanup_sender(table_sender, &sender_data), RC == DAC_OK);
