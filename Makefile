@@ -103,12 +103,17 @@ test-python: $(LIB) ## the Python unit tests and the differential suite against 
 
 # `make test` runs the fuzz targets over their seed corpus (container/testdata/fuzz);
 # this explores further, FUZZTIME per target, and writes what fails there.
+# Then the reliability class tests of capi_test at length (DAC_LONG=1: the
+# linearizability race, configuration races, init window; several minutes).
 FUZZTIME ?= 30s
-fuzz: ## run each fuzz target of container/ for FUZZTIME (default 30s)
+LONG_TESTS := TestLinearizableContainer|TestConfigurationRaces|TestInitWindow
+fuzz: $(LIB) ## run each fuzz target of container/ for FUZZTIME (default 30s), then the long reliability races
 	@for f in $$($(GO) test -list '^Fuzz' ./container/ | grep '^Fuzz'); do \
 	  echo "== $$f for $(FUZZTIME)"; \
 	  $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./container/ || exit 1; \
 	done
+	@echo "== capi_test reliability races, long (DAC_LONG=1)"
+	DAC_LONG=1 $(GO) test -count=1 -timeout 60m -v -run '^($(LONG_TESTS))$$' ./capi_test/
 
 # Every suite runs even when an earlier one failed; the summary at the end
 # says what passed, failed and was skipped in each, and the exit status is

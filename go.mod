@@ -3,6 +3,7 @@ module distautograd
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	modernc.org/cc/v4 v4.34.1
