@@ -343,7 +343,8 @@ int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data);
 ** is installed either way, and the previous one is never called again, but
 ** on DAC_ERR_TIMEOUT its user_data may still be in use. For shutting down
 ** with a deadline (a sender blocked on a dead peer would hold up
-** dac_set_cleanup_sender without a bound). */
+** dac_set_cleanup_sender without a bound). Called from inside a sender, it
+** does not wait (its own call is still running) and returns DAC_OK. */
 int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, int64_t timeout_ms);
 
 /* Tunes the fan-out; 0 selects a default: max_attempts 21 (the native 20
