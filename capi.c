@@ -365,6 +365,9 @@ int dac_clear_current_context(void) {
 ** from Go on first use; NULL until dac_init, and every fast path below then
 ** goes to Go, which says DAC_ERR_NOT_INITIALIZED. */
 static dacc_view *g_view;
+/* The records' address, from the view: the one load a handle's fast path
+** starts from (0 until the view is fetched, and again in a forked child). */
+static uintptr_t g_records;
 
 static __attribute__((noinline)) dacc_view *fetch_view(void) {
 	if (c_forked)
@@ -373,6 +376,7 @@ static __attribute__((noinline)) dacc_view *fetch_view(void) {
 	dac_error_slot ignored;
 	if (dacgo_view(&p, &ignored) != DAC_OK)
 		return NULL;
+	__atomic_store_n(&g_records, ((dacc_view *)p)->records, __ATOMIC_RELEASE);
 	__atomic_store_n(&g_view, (dacc_view *)p, __ATOMIC_RELEASE);
 	return p;
 }
@@ -386,6 +390,7 @@ static inline __attribute__((always_inline)) dacc_view *view(void) {
 
 static void clear_for_child(void) {
 	__atomic_store_n(&g_view, NULL, __ATOMIC_RELAXED);
+	__atomic_store_n(&g_records, 0, __ATOMIC_RELAXED);
 	tls_msg.next = tls_msg.end = 0;
 	__atomic_store_n(&c_initialized, 0, __ATOMIC_RELAXED);
 }
@@ -394,17 +399,20 @@ static inline dacc_record *record_at(const dacc_view *v, uint32_t index) {
 	return (dacc_record *)(v->records + (uintptr_t)index * sizeof(dacc_record));
 }
 
-/* The record a handle names, or NULL if it names none that was ever mapped
-** (a forged handle, or any before dac_init). */
+/* The record a handle names, or NULL before the view is known (before
+** dac_init, or in a forked child) or for an index past every record. */
 static inline __attribute__((always_inline)) dacc_record *handle_record(uint64_t h, uint32_t *gen) {
-	dacc_view *v = view();
-	if (__builtin_expect(v == NULL, 0))
-		return NULL;
+	uintptr_t base = __atomic_load_n(&g_records, __ATOMIC_ACQUIRE);
+	if (__builtin_expect(base == 0, 0)) {
+		if (view() == NULL)
+			return NULL;
+		base = __atomic_load_n(&g_records, __ATOMIC_ACQUIRE);
+	}
 	uint32_t index = (uint32_t)h;
-	if (__builtin_expect(index >= __atomic_load_n(&v->committed, __ATOMIC_ACQUIRE), 0))
+	if (__builtin_expect(index >= DACC_MAX_RECORDS, 0))
 		return NULL;
 	*gen = (uint32_t)(h >> 32);
-	return record_at(v, index);
+	return (dacc_record *)(base + (uintptr_t)index * sizeof(dacc_record));
 }
 
 /* Whether a state word is the referenced life gen of its record. */
@@ -425,8 +433,7 @@ static inline __attribute__((always_inline)) dacc_record *lookup(const dacc_view
 	    (const dacc_buckets *)__atomic_load_n(&v->buckets[u & v->shard_mask], __ATOMIC_ACQUIRE);
 	uint64_t k = ((u >> v->shard_bits) ^ (u >> 48)) & b->mask;
 	uint32_t i = __atomic_load_n(&b->heads[k], __ATOMIC_ACQUIRE);
-	uint64_t committed = __atomic_load_n(&v->committed, __ATOMIC_ACQUIRE);
-	for (int hops = 0; i != 0 && i <= committed && hops < DACC_MAX_HOPS; hops++) {
+	for (int hops = 0; i != 0 && i <= DACC_MAX_RECORDS && hops < DACC_MAX_HOPS; hops++) {
 		dacc_record *r = record_at(v, i - 1);
 		if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) == id) {
 			*index = i - 1;
@@ -586,11 +593,18 @@ int dac_context_unref(dac_context *ctx) {
 	}
 }
 
+static __attribute__((noinline)) int context_id_slow(dac_context *ctx, int64_t *out) {
+	if (c_forked)
+		return forked("dac_context_id");
+	if (out == NULL)
+		return fail(DAC_ERR_INVALID_ARGUMENT, "dac_context_id", "out must not be NULL");
+	return dacgo_context_id(to_handle(ctx), out, err());
+}
+
 int dac_context_id(dac_context *ctx, int64_t *out) {
-	CHECK_OUT(out);
 	uint32_t gen;
 	dacc_record *r = handle_record(to_handle(ctx), &gen);
-	if (__builtin_expect(r != NULL, 1) && referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
+	if (__builtin_expect(r != NULL && out != NULL, 1) && referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
 		int64_t id = __atomic_load_n(&r->id, __ATOMIC_RELAXED);
 		/* Still the same life of the record: one that died in between has
 		** another generation now, reused or not. */
@@ -599,8 +613,7 @@ int dac_context_id(dac_context *ctx, int64_t *out) {
 			return DAC_OK;
 		}
 	}
-	GUARD_FORK();
-	return dacgo_context_id(to_handle(ctx), out, err());
+	return context_id_slow(ctx, out);
 }
 
 int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {

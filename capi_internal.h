@@ -74,6 +74,9 @@ int dacgo_context_host_value(uint64_t h, uint64_t *out, dac_error_slot *e);
 ** dacgo_view gives the view once the container exists; it, the records and
 ** every bucket array stay mapped for the life of the process. */
 #define DACC_INLINE_WORKERS 8
+/* Records are reserved readable up to this many: an index below it reads a
+** record (zeros, generation 0, if never used), never unmapped memory. */
+#define DACC_MAX_RECORDS (1u << 22)
 /* What dacgo_context_ref returns when the state word moved under it and
 ** the caller should try its fast path again (never a status). */
 #define DACC_RETRY (-1)

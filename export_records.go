@@ -26,6 +26,7 @@ var (
 	_ = [1]struct{}{}[unsafe.Offsetof(container.Record{}.HostValue)-unsafe.Offsetof(C.dacc_record{}.host_value)]
 	_ = [1]struct{}{}[unsafe.Offsetof(container.Record{}.HostDrop)-unsafe.Offsetof(C.dacc_record{}.host_drop)]
 	_ = [1]struct{}{}[container.InlineWorkers-C.DACC_INLINE_WORKERS]
+	_ = [1]struct{}{}[container.MaxRecords-C.DACC_MAX_RECORDS]
 	_ = [1]struct{}{}[container.MaxRefs-C.DACC_STATE_REFS]
 	_ = [1]struct{}{}[container.MaxShards-C.DACC_MAX_SHARDS]
 	_ = [1]struct{}{}[unsafe.Sizeof(container.View{})-C.sizeof_dacc_view]

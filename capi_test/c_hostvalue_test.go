@@ -16,7 +16,7 @@ func TestHostValueRaceC(t *testing.T) {
 		"contexts left = 0",
 		"values not dropped exactly once = 0",
 		"drops while a handle was live or wrong reads = 0",
-		"two live values for one id = 0",
+		"two values for one context = 0",
 		`"live_handles":0`,
 	} {
 		if !strings.Contains(out, want) {

@@ -92,10 +92,10 @@ func SplitHandle(h uint64) (index uint32, gen uint32) { return uint32(h), uint32
 
 const (
 	recordSize = int(unsafe.Sizeof(Record{}))
-	// maxRecords bounds how many contexts can be alive at once (listed or
+	// MaxRecords bounds how many contexts can be alive at once (listed or
 	// referenced): 2^22, a 256 MiB reservation of address space, committed
 	// as it is used.
-	maxRecords = 1 << 22
+	MaxRecords = 1 << 22
 	// recordChunk is how many records are committed at a time (64 KiB).
 	recordChunk = 1024
 )
@@ -136,7 +136,7 @@ func bucketOf(id int64, shardBits uint, mask uint64) uint64 {
 // recordTable is the record region and the Go side of each record: the
 // *Context it stands for.
 type recordTable struct {
-	base unsafe.Pointer // maxRecords records, reserved; committed up to committed
+	base unsafe.Pointer // MaxRecords records, reserved; committed up to committed
 
 	mu        sync.Mutex // serializes growth
 	committed int        // records committed
@@ -148,10 +148,12 @@ type recordTable struct {
 type ctxChunk [recordChunk]atomic.Pointer[Context]
 
 // offHeap maps n zeroed bytes outside the Go heap, never unmapped; prot
-// PROT_NONE reserves address space only.
+// PROT_READ reserves address space only (its pages read as zeros, all one
+// shared page, and a read-only private mapping is not charged to the
+// system's commit limit).
 func offHeap(n int, prot int) (unsafe.Pointer, error) {
 	flags := syscall.MAP_ANON | syscall.MAP_PRIVATE
-	if prot == syscall.PROT_NONE {
+	if prot != syscall.PROT_READ|syscall.PROT_WRITE {
 		flags |= syscall.MAP_NORESERVE
 	}
 	b, err := syscall.Mmap(-1, 0, n, prot, flags)
@@ -162,7 +164,10 @@ func offHeap(n int, prot int) (unsafe.Pointer, error) {
 }
 
 func (t *recordTable) init() error {
-	p, err := offHeap(maxRecords*recordSize, syscall.PROT_NONE)
+	// Readable from the start: C bounds a handle's index by MaxRecords, a
+	// constant, instead of loading how many records are committed; a record
+	// never committed reads as zeros, generation 0, which no handle has.
+	p, err := offHeap(MaxRecords*recordSize, syscall.PROT_READ)
 	if err != nil {
 		return err
 	}
@@ -193,8 +198,8 @@ func (t *recordTable) grow() (uint32, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := int(t.used.Load())
-	if n >= maxRecords {
-		return 0, Errorf(ErrLimit, "too many contexts alive at once (%d, listed or referenced by handles); release some or drop their handles", maxRecords)
+	if n >= MaxRecords {
+		return 0, Errorf(ErrLimit, "too many contexts alive at once (%d, listed or referenced by handles); release some or drop their handles", MaxRecords)
 	}
 	if n == t.committed {
 		off := uintptr(t.committed) * uintptr(recordSize)
