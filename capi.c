@@ -298,6 +298,19 @@ int dac_context_new(dac_context **out) {
 	return rc;
 }
 
+int dac_context_new_id(dac_context **out, int64_t *context_id) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	CHECK_OUT(context_id);
+	uint64_t h = 0;
+	int rc = dacgo_context_new(&tls_current, &h, err());
+	if (rc == DAC_OK) {
+		*out = to_ptr(h);
+		*context_id = tls_current; /* what dac_context_new just made current */
+	}
+	return rc;
+}
+
 int dac_context_release(int64_t context_id) {
 	GUARD_FORK();
 	return dacgo_context_release(&tls_current, context_id, 0, NULL, err());
@@ -599,6 +612,19 @@ static __attribute__((noinline)) int context_id_slow(dac_context *ctx, int64_t *
 	if (out == NULL)
 		return fail(DAC_ERR_INVALID_ARGUMENT, "dac_context_id", "out must not be NULL");
 	return dacgo_context_id(to_handle(ctx), out, err());
+}
+
+int dac_context_unref_many(dac_context *const *ctxs, size_t count) {
+	GUARD_FORK();
+	if (ctxs == NULL && count != 0)
+		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "ctxs must not be NULL when count is not 0");
+	int last = DAC_OK;
+	for (size_t i = 0; i < count; i++) {
+		int rc = dac_context_unref(ctxs[i]);
+		if (rc != DAC_OK)
+			last = rc;
+	}
+	return last;
 }
 
 int dac_context_id(dac_context *ctx, int64_t *out) {

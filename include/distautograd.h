@@ -171,6 +171,10 @@ int dac_set_max_contexts(int64_t max_contexts);
 ** max_id, DAC_ERR_LIMIT past dac_set_max_contexts; a failure changes nothing. */
 int dac_context_new(dac_context **out);
 
+/* As dac_context_new, and also writes the new context's id to *context_id:
+** one call where a binding pays for each (Python's ctypes). */
+int dac_context_new_id(dac_context **out, int64_t *context_id);
+
 /* Writes a new reference to the calling thread's current context. Fails with
 ** DAC_ERR_NO_CURRENT_CONTEXT ("Current thread doesn't have a valid autograd
 ** context. Please wrap your code using: `with
@@ -251,6 +255,13 @@ int dac_context_ref(dac_context *ctx);
 ** included, is DAC_ERR_BAD_HANDLE (see dac_context). NULL is
 ** DAC_ERR_BAD_HANDLE. */
 int dac_context_unref(dac_context *ctx);
+
+/* Drops one reference from each of the count handles in ctxs (may be NULL
+** when count is 0), as dac_context_unref does each: one call for a binding
+** that batches what its garbage collector dropped. DAC_OK if every drop
+** succeeded, else the status of the last that failed (its message left);
+** the others are dropped all the same. */
+int dac_context_unref_many(dac_context *const *ctxs, size_t count);
 
 /* Writes the context's id. */
 int dac_context_id(dac_context *ctx, int64_t *out);

@@ -168,6 +168,10 @@ int main(void) {
 	MUST(dac_force_current_context_id(((int64_t)9 << 48) | 77));
 	ROW(dac_context_new, "this thread has a current id (another worker's, never stored)", DAC_ERR_ALREADY_HAS_CONTEXT,
 	    dac_context_new(&ctx));
+	int64_t new_id = 0;
+	ROW(dac_context_new_id, "NULL out", DAC_ERR_INVALID_ARGUMENT, dac_context_new_id(NULL, &new_id));
+	ROW(dac_context_new_id, "NULL context_id", DAC_ERR_INVALID_ARGUMENT, dac_context_new_id(&ctx, NULL));
+	ROW(dac_context_new_id, "this thread has a current id", DAC_ERR_ALREADY_HAS_CONTEXT, dac_context_new_id(&ctx, &new_id));
 	ROW(dac_context_current, "NULL out", DAC_ERR_INVALID_ARGUMENT, dac_context_current(NULL));
 	ROW(dac_context_current, "a current id no context has", DAC_ERR_NOT_FOUND, dac_context_current(&ctx));
 	MUST(dac_clear_current_context());
@@ -263,6 +267,11 @@ int main(void) {
 	ROW(dac_context_unref, "NULL", DAC_ERR_BAD_HANDLE, dac_context_unref(NULL));
 	ROW(dac_context_unref, "a second unref (a dead handle)", DAC_ERR_BAD_HANDLE, dac_context_unref(dead));
 	ROW(dac_context_unref, "a never-issued handle", DAC_ERR_BAD_HANDLE, dac_context_unref(never));
+	dac_context *bad_batch[3] = {never, NULL, dead};
+	ROW(dac_context_unref_many, "NULL ctxs with a count", DAC_ERR_INVALID_ARGUMENT, dac_context_unref_many(NULL, 2));
+	ROW(dac_context_unref_many, "dead, NULL and never-issued handles", DAC_ERR_BAD_HANDLE,
+	    dac_context_unref_many(bad_batch, 3));
+	ROW(dac_context_unref_many, "not an error: NULL ctxs, count 0", DAC_OK, dac_context_unref_many(NULL, 0));
 	ROW(dac_context_unref, "all bits set", DAC_ERR_BAD_HANDLE, dac_context_unref(all_ones));
 	ROW(dac_context_unref, "a stack address", DAC_ERR_BAD_HANDLE, dac_context_unref(stack_addr));
 	ROW(dac_context_id, "NULL handle", DAC_ERR_BAD_HANDLE, dac_context_id(NULL, &v));

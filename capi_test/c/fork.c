@@ -85,6 +85,7 @@ static void use_everything(dac_context *parents) {
 	CHILD(dac_debug_info(buf, sizeof buf, &len));
 	CHILD(dac_set_max_contexts(10));
 	CHILD(dac_context_new(&ctx));
+	CHILD(dac_context_new_id(&ctx, &v));
 	CHILD(dac_context_current(&ctx));
 	CHILD(dac_context_retrieve(0, &ctx));
 	CHILD(dac_context_retrieve_if_present(0, &ctx));
@@ -101,6 +102,7 @@ static void use_everything(dac_context *parents) {
 	CHILD(dac_clear_current_context());
 	CHILD(dac_context_ref(parents));
 	CHILD(dac_context_unref(parents));
+	CHILD(dac_context_unref_many(&parents, 1));
 	CHILD(dac_context_id(parents, &v));
 	CHILD(dac_context_add_known_worker_id(parents, 4));
 	CHILD(dac_context_known_worker_ids(parents, ids, 4, &count));

@@ -157,6 +157,16 @@ static void run_table(int in_sender) {
 	REQUIRE(dac_context_id(h, &id) == DAC_OK);
 	ROW(dac_context_current, dac_context_current(&h2), RC == DAC_OK);
 	MUST(dac_context_unref(h2));
+	{
+		/* One more, through dac_context_new_id, released at once. */
+		dac_context *h3 = NULL;
+		int64_t id3 = 0;
+		MUST(dac_clear_current_context());
+		ROW(dac_context_new_id, dac_context_new_id(&h3, &id3), RC == DAC_OK && (uint64_t)id3 >> 48 == 3);
+		MUST(dac_context_release(id3));
+		ROW(dac_context_unref_many, dac_context_unref_many(&h3, 1), RC == DAC_OK);
+		MUST(dac_force_current_context_id(id));
+	}
 	ROW(dac_context_retrieve, dac_context_retrieve(id, &h2), RC == DAC_OK);
 	MUST(dac_context_unref(h2));
 	h2 = NULL;

@@ -94,6 +94,7 @@ _dac_init = _L.dac_init
 _dac_max_id = _L.dac_max_id
 _dac_num_contexts = _L.dac_num_contexts
 _dac_context_new = _L.dac_context_new
+_dac_context_new_id = _L.dac_context_new_id
 _dac_context_current = _L.dac_context_current
 _dac_context_retrieve = _L.dac_context_retrieve
 _dac_context_retrieve_if_present = _L.dac_context_retrieve_if_present
@@ -146,7 +147,8 @@ class DistAutogradContext:
     :func:`_retrieve_context` and the like, never constructed directly. It
     holds a reference to the library's context, so it stays readable after
     the context was released from the container (torch hands out shared
-    pointers); the reference is dropped when the object is collected.
+    pointers); the reference is dropped after the object is collected, in a
+    batch with others (``distautograd._lib.flush_unrefs()`` drops them now).
 
     Unlike torch, two lookups of one context return two objects: compare
     :meth:`_context_id` values, not identities.
@@ -160,14 +162,14 @@ class DistAutogradContext:
     def __new__(cls, *args: Any, **kwargs: Any) -> "DistAutogradContext":
         raise TypeError("distautograd.DistAutogradContext: No constructor defined!")
 
-    def __del__(self, _unref: Any = _dac_context_unref) -> None:
-        # _unref is bound as a default so that it outlives the module's
-        # globals at interpreter exit.
+    def __del__(self, _drop: Any = _lib.drop_reference) -> None:
+        # _drop is bound as a default so that it outlives the module's
+        # globals at interpreter exit. The reference goes in a batch.
         try:
             h = self._handle
         except AttributeError:
             return
-        _unref(h)
+        _drop(h)
 
     def __reduce_ex__(self, protocol: Any) -> NoReturn:
         # Copying would duplicate the reference without taking one.
@@ -283,11 +285,11 @@ def _new_context() -> DistAutogradContext:
     current context; "Already have an autograd context id for this thread."
     if the thread has one."""
     out = _c_void_p()
-    rc = _dac_context_new(out)
+    cid = _c_int64()
+    rc = _dac_context_new_id(out, cid)
     if rc:
         raise _error(rc)
-    # The new context is now this thread's current one.
-    return _wrap_current(out.value)
+    return _wrap(out.value, cid.value)
 
 
 def _current_context() -> DistAutogradContext:
@@ -424,19 +426,15 @@ class context:
     def __enter__(self) -> int:
         """Creates the context (see :func:`_new_context`), keeps it as
         ``self.autograd_context`` and returns its id."""
-        # _new_context, inlined: this is the hot path of every pass.
+        # _new_context, inlined: this is the hot path of every pass, one
+        # ctypes call.
         out = _c_void_p()
-        rc = _dac_context_new(out)
-        if rc:
-            raise _error(rc)
-        handle = out.value
         cid = _c_int64()
-        rc = _dac_current_context_id(cid)
+        rc = _dac_context_new_id(out, cid)
         if rc:
-            _dac_context_unref(handle)
             raise _error(rc)
         ctx = _new_object(DistAutogradContext)
-        ctx._handle = handle
+        ctx._handle = out.value
         ctx._id = cid = cid.value
         self.autograd_context = ctx
         return cid

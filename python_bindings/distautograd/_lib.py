@@ -6,6 +6,7 @@ re-exports what users need (``DistAutogradError``, ``Status``).
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import enum
 import json
@@ -38,6 +39,7 @@ REQUIRED = (
     "dac_num_contexts",
     "dac_debug_info",
     "dac_context_new",
+    "dac_context_new_id",
     "dac_context_current",
     "dac_context_retrieve",
     "dac_context_retrieve_if_present",
@@ -47,6 +49,7 @@ REQUIRED = (
     "dac_context_release_if_present",
     "dac_current_context_id",
     "dac_context_unref",
+    "dac_context_unref_many",
     "dac_context_add_known_worker_id",
     "dac_context_known_worker_ids",
     "dac_context_send_functions",
@@ -232,10 +235,52 @@ def incompatible(name: str, signature: str, args: tuple) -> NoReturn:
     )
 
 
+# References of collected DistAutogradContext objects, dropped in one call
+# per UNREF_BATCH of them (dac_context_unref_many): a ctypes call costs about
+# half a microsecond, a whole torch lookup less. Until then a context released
+# meanwhile stays alive a little longer (at most UNREF_BATCH - 1 of them);
+# flush_unrefs drops them at once, and debug_info and interpreter exit flush.
+UNREF_BATCH = 64
+_unrefs: List[int] = []
+
+
+def drop_reference(handle: int, _unrefs: List[int] = _unrefs) -> None:
+    """Queues the drop of one reference (a handle's); GC-safe: no lock, so a
+    __del__ run by a collection inside a flush cannot deadlock."""
+    _unrefs.append(handle)
+    if len(_unrefs) >= UNREF_BATCH:
+        flush_unrefs()
+
+
+def flush_unrefs(_unrefs: List[int] = _unrefs) -> None:
+    """Drops every queued reference now. Each is taken off the queue by one
+    list.pop (atomic under the GIL), so two threads flushing at once never
+    drop one twice."""
+    batch = []
+    try:
+        while True:
+            batch.append(_unrefs.pop())
+    except IndexError:
+        pass
+    if batch:
+        LIB.dac_context_unref_many((ctypes.c_void_p * len(batch))(*batch), len(batch))
+
+
+def _forget_unrefs_in_child() -> None:
+    # The child cannot use the library (ERR_FORKED): its copy of the queue
+    # names the parent's references.
+    del _unrefs[:]
+
+
+os.register_at_fork(after_in_child=_forget_unrefs_in_child)
+atexit.register(flush_unrefs)
+
+
 def debug_info() -> Dict[str, int]:
     """Returns the library's whole debug information (dac_debug_info): more
     keys than torch's _get_debug_info, live_handles and the cleanup counters
-    among them."""
+    among them. References queued for dropping are dropped first."""
+    flush_unrefs()
     length = ctypes.c_size_t()
     cap = 512
     while True:
