@@ -162,14 +162,23 @@ class DistAutogradContext:
     def __new__(cls, *args: Any, **kwargs: Any) -> "DistAutogradContext":
         raise TypeError("distautograd.DistAutogradContext: No constructor defined!")
 
-    def __del__(self, _drop: Any = _lib.drop_reference) -> None:
-        # _drop is bound as a default so that it outlives the module's
-        # globals at interpreter exit. The reference goes in a batch.
+    def __del__(
+        self,
+        _push: Any = _lib._unrefs.append,
+        _queue: Any = _lib._unrefs,
+        _flush: Any = _lib.flush_unrefs,
+        _batch: int = _lib.UNREF_BATCH,
+    ) -> None:
+        # The reference goes in a batch (_lib.drop_reference, inlined: every
+        # collected context runs this). Defaults, so that they outlive the
+        # module's globals at interpreter exit.
         try:
             h = self._handle
         except AttributeError:
             return
-        _drop(h)
+        _push(h)
+        if len(_queue) >= _batch:
+            _flush()
 
     def __reduce_ex__(self, protocol: Any) -> NoReturn:
         # Copying would duplicate the reference without taking one.
