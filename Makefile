@@ -39,7 +39,7 @@ $(BUILD)/$(SONAME): $(BUILD)/$(REALNAME)
 $(LIB): $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $@
 
-# The testing build adds dac_testing_* functions (counters started near
+# The testing build adds dactest_* functions (counters started near
 # max_id); the tests that need it build it, the release .so never has them.
 testing-lib: $(BUILD)/testing/libdistautograd.so ## build/testing/libdistautograd.so, with -tags dac_testing
 

@@ -16,20 +16,20 @@
 ** a fixed offset from the thread pointer instead of a __tls_get_addr call.
 ** It costs nothing extra: the Go runtime's own TLS already makes the library
 ** STATIC_TLS, so the loader gives its whole TLS block static space anyway. */
-#define DAC_TLS __thread __attribute__((tls_model("initial-exec")))
+#define DACC_TLS __thread __attribute__((tls_model("initial-exec")))
 
 /* The calling thread's current context id: the native thread_local. */
-static DAC_TLS int64_t tls_current = DAC_INVALID_ID;
+static DACC_TLS int64_t tls_current = DAC_INVALID_ID;
 /* Declared in capi_internal.h: nonzero while this thread runs the cleanup sender. */
 __thread int dacc_tls_in_sender;
 /* The calling thread's last error, allocated on its first use (see
 ** capi_internal.h: static TLS must stay small); freed at thread exit by
 ** error_key's destructor. */
-static DAC_TLS dac_error_slot *tls_error;
+static DACC_TLS dacc_error_slot *tls_error;
 static pthread_key_t error_key;
 /* For a thread whose slot cannot be allocated: its status and message are
 ** then this one, shared, and say so. */
-static dac_error_slot no_memory_slot = {DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"};
+static dacc_error_slot no_memory_slot = {DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"};
 
 /* Set in a child process after fork(): the Go runtime did not come along. */
 static volatile int c_forked;
@@ -41,7 +41,7 @@ static volatile int c_forked;
 ** state, and which CPython before 3.13 re-initializes in the child only
 ** after using it: the child hangs in os.fork(). So fork() closes a gate on
 ** new calls into the host and waits for those in progress, up to
-** DAC_FORK_WAIT_MS. A call that cannot finish because the forking thread
+** DACC_FORK_WAIT_MS. A call that cannot finish because the forking thread
 ** holds what it needs (the GIL, when CPython forks) would make that the
 ** whole wait: the Python package therefore calls dac_fork_prepare from an
 ** os.register_at_fork hook, where ctypes releases the GIL, and the wait
@@ -50,7 +50,7 @@ int dacc_cb_in_flight;
 int dacc_cb_fork_gate;
 __thread int dacc_tls_in_callback;
 
-#define DAC_FORK_WAIT_MS 2000
+#define DACC_FORK_WAIT_MS 2000
 /* Holders of the gate through dac_fork_prepare: the host waited already,
 ** with its own bound, and the atfork handler does not wait again. */
 static int host_prepared;
@@ -84,7 +84,7 @@ static void on_fork_prepare(void) {
 	if (__atomic_load_n(&host_prepared, __ATOMIC_SEQ_CST) > 0)
 		__atomic_add_fetch(&dacc_cb_fork_gate, 1, __ATOMIC_SEQ_CST);
 	else
-		fork_gate_close(DAC_FORK_WAIT_MS);
+		fork_gate_close(DACC_FORK_WAIT_MS);
 }
 
 static void on_fork_parent(void) { fork_gate_open(); }
@@ -106,14 +106,14 @@ static void free_error_slot(void *p) {
 		free(p);
 }
 
-__attribute__((constructor)) static void dac_c_setup(void) {
+__attribute__((constructor)) static void dacc_setup(void) {
 	pthread_key_create(&error_key, free_error_slot);
 	pthread_atfork(on_fork_prepare, on_fork_parent, on_fork_child);
 }
 
 /* The calling thread's error slot, allocated on first use. */
-static __attribute__((noinline)) dac_error_slot *new_error_slot(void) {
-	dac_error_slot *e = calloc(1, sizeof *e);
+static __attribute__((noinline)) dacc_error_slot *new_error_slot(void) {
+	dacc_error_slot *e = calloc(1, sizeof *e);
 	if (e == NULL || pthread_setspecific(error_key, e) != 0) {
 		free(e);
 		e = &no_memory_slot;
@@ -122,15 +122,17 @@ static __attribute__((noinline)) dac_error_slot *new_error_slot(void) {
 	return e;
 }
 
-static inline __attribute__((always_inline)) dac_error_slot *err(void) {
-	dac_error_slot *e = tls_error;
+static inline __attribute__((always_inline)) dacc_error_slot *err(void) {
+	dacc_error_slot *e = tls_error;
 	if (__builtin_expect(e == NULL, 0))
 		return new_error_slot();
 	return e;
 }
 
-static int fail(int code, const char *fn, const char *what) {
-	dac_error_slot *e = err();
+/* Fails a call that C refuses by itself (an argument, fork, a timeout):
+** the message is made here. Go's failures come back filled in by Go. */
+static int reject(int code, const char *fn, const char *what) {
+	dacc_error_slot *e = err();
 	if (e == &no_memory_slot)
 		return code;
 	e->code = code;
@@ -139,10 +141,10 @@ static int fail(int code, const char *fn, const char *what) {
 }
 
 static int forked(const char *fn) {
-	return fail(DAC_ERR_FORKED, fn,
-	            "the library was loaded before fork() and cannot be used in the child process "
-	            "(the Go runtime does not survive fork); load it after fork, or use the 'spawn' "
-	            "start method");
+	return reject(DAC_ERR_FORKED, fn,
+	              "the library was loaded before fork() and cannot be used in the child process "
+	              "(the Go runtime does not survive fork); load it after fork, or use the 'spawn' "
+	              "start method");
 }
 
 #define GUARD_FORK()                              \
@@ -154,8 +156,8 @@ static int forked(const char *fn) {
 #define CHECK_OUT(p)                                          \
 	do {                                                      \
 		if ((p) == NULL)                                      \
-			return fail(DAC_ERR_INVALID_ARGUMENT, __func__,   \
-			            #p " must not be NULL");              \
+			return reject(DAC_ERR_INVALID_ARGUMENT, __func__, \
+			              #p " must not be NULL");            \
 	} while (0)
 
 /* For the functions that never enter Go: C's cache of Go's answer to "has
@@ -239,14 +241,14 @@ int dac_num_contexts(int64_t *out) {
 	return dacgo_num_contexts(out, err());
 }
 
-/* Message ids come to each thread in blocks of DAC_MESSAGE_ID_BLOCK that Go
+/* Message ids come to each thread in blocks of DACC_MESSAGE_ID_BLOCK that Go
 ** reserves from the one counter, so most calls never leave C. Ids stay unique
 ** and keep the layout; a thread's ids are consecutive, but ids of different
 ** threads interleave by block rather than one by one. Ids a thread reserved
 ** and did not use before it exited are never issued (ids are never reused). */
-#define DAC_MESSAGE_ID_BLOCK 256
+#define DACC_MESSAGE_ID_BLOCK 256
 /* This thread's block, [next, end); one struct, so one offset to load. */
-static DAC_TLS struct {
+static DACC_TLS struct {
 	int64_t next, end;
 } tls_msg;
 
@@ -255,7 +257,7 @@ static __attribute__((noinline)) int new_message_id_block(int64_t *out) {
 	if (c_forked)
 		return forked("dac_new_autograd_message_id");
 	int64_t first = 0, count = 0;
-	int rc = dacgo_new_autograd_message_id_block(DAC_MESSAGE_ID_BLOCK, &first, &count, err());
+	int rc = dacgo_new_autograd_message_id_block(DACC_MESSAGE_ID_BLOCK, &first, &count, err());
 	if (rc != DAC_OK)
 		return rc;
 	*out = first;
@@ -277,7 +279,7 @@ int dac_debug_info(char *buf, size_t capacity, size_t *length) {
 	GUARD_FORK();
 	CHECK_OUT(length);
 	if (buf == NULL && capacity != 0)
-		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "buf must not be NULL when capacity is not 0");
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "buf must not be NULL when capacity is not 0");
 	return dacgo_debug_info(buf, capacity, length, err());
 }
 
@@ -373,7 +375,7 @@ static __attribute__((noinline)) dacc_view *fetch_view(void) {
 	if (c_forked)
 		return NULL; /* never into Go in a child: the callers' slow paths say why */
 	void *p = NULL;
-	dac_error_slot ignored;
+	dacc_error_slot ignored;
 	if (dacgo_view(&p, &ignored) != DAC_OK)
 		return NULL;
 	__atomic_store_n(&g_records, ((dacc_view *)p)->records, __ATOMIC_RELEASE);
@@ -597,7 +599,7 @@ static __attribute__((noinline)) int context_id_slow(dac_context *ctx, int64_t *
 	if (c_forked)
 		return forked("dac_context_id");
 	if (out == NULL)
-		return fail(DAC_ERR_INVALID_ARGUMENT, "dac_context_id", "out must not be NULL");
+		return reject(DAC_ERR_INVALID_ARGUMENT, "dac_context_id", "out must not be NULL");
 	return dacgo_context_id(to_handle(ctx), out, err());
 }
 
@@ -637,51 +639,51 @@ int dac_context_known_worker_ids(dac_context *ctx, int32_t *ids, size_t capacity
 	GUARD_FORK();
 	CHECK_OUT(count);
 	if (ids == NULL && capacity != 0)
-		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "ids must not be NULL when capacity is not 0");
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "ids must not be NULL when capacity is not 0");
 	return dacgo_context_known_worker_ids(to_handle(ctx), ids, capacity, count, err());
 }
 
 int dac_context_add_send_function(dac_context *ctx, int64_t message_id, uint64_t fn) {
 	GUARD_FORK();
-	return dacgo_context_add_function(to_handle(ctx), 0, message_id, fn, err());
+	return dacgo_context_add_function(to_handle(ctx), DACC_SEND, message_id, fn, err());
 }
 
 int dac_context_add_recv_function(dac_context *ctx, int64_t message_id, uint64_t fn) {
 	GUARD_FORK();
-	return dacgo_context_add_function(to_handle(ctx), 1, message_id, fn, err());
+	return dacgo_context_add_function(to_handle(ctx), DACC_RECV, message_id, fn, err());
 }
 
 int dac_context_send_function(dac_context *ctx, int64_t message_id, uint64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	return dacgo_context_function(to_handle(ctx), 0, message_id, out, err());
+	return dacgo_context_function(to_handle(ctx), DACC_SEND, message_id, out, err());
 }
 
 int dac_context_recv_function(dac_context *ctx, int64_t message_id, uint64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	return dacgo_context_function(to_handle(ctx), 1, message_id, out, err());
+	return dacgo_context_function(to_handle(ctx), DACC_RECV, message_id, out, err());
 }
 
 static int list_functions(const char *fn, dac_context *ctx, int kind, int64_t *message_ids, uint64_t *fns,
                           size_t capacity, size_t *count) {
 	if (count == NULL)
-		return fail(DAC_ERR_INVALID_ARGUMENT, fn, "count must not be NULL");
+		return reject(DAC_ERR_INVALID_ARGUMENT, fn, "count must not be NULL");
 	if ((message_ids == NULL || fns == NULL) && capacity != 0)
-		return fail(DAC_ERR_INVALID_ARGUMENT, fn, "message_ids and fns must not be NULL when capacity is not 0");
+		return reject(DAC_ERR_INVALID_ARGUMENT, fn, "message_ids and fns must not be NULL when capacity is not 0");
 	return dacgo_context_functions(to_handle(ctx), kind, message_ids, fns, capacity, count, err());
 }
 
 int dac_context_send_functions(dac_context *ctx, int64_t *message_ids, uint64_t *fns, size_t capacity,
                                size_t *count) {
 	GUARD_FORK();
-	return list_functions(__func__, ctx, 0, message_ids, fns, capacity, count);
+	return list_functions(__func__, ctx, DACC_SEND, message_ids, fns, capacity, count);
 }
 
 int dac_context_recv_functions(dac_context *ctx, int64_t *message_ids, uint64_t *fns, size_t capacity,
                                size_t *count) {
 	GUARD_FORK();
-	return list_functions(__func__, ctx, 1, message_ids, fns, capacity, count);
+	return list_functions(__func__, ctx, DACC_RECV, message_ids, fns, capacity, count);
 }
 
 /* ---- Release fan-out ---- */
@@ -695,7 +697,7 @@ int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data) {
 int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, int64_t timeout_ms) {
 	GUARD_FORK();
 	if (timeout_ms < 0)
-		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
 	return dacgo_set_cleanup_sender((void *)sender, user_data, dacc_tls_in_sender ? 0 : timeout_ms, err());
 }
 
@@ -725,11 +727,11 @@ int dac_set_log_hook(dac_log_hook hook, void *user_data) {
 int dac_fork_prepare(int64_t timeout_ms) {
 	GUARD_FORK();
 	if (timeout_ms < 0)
-		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
 	__atomic_add_fetch(&host_prepared, 1, __ATOMIC_SEQ_CST);
 	if (!fork_gate_close(timeout_ms))
-		return fail(DAC_ERR_TIMEOUT, __func__,
-		            "calls into the cleanup sender or log hook were still in progress when the wait ran out");
+		return reject(DAC_ERR_TIMEOUT, __func__,
+		              "calls into the cleanup sender or log hook were still in progress when the wait ran out");
 	return DAC_OK;
 }
 
@@ -756,3 +758,16 @@ int dac_context_host_value(dac_context *ctx, uint64_t *out) {
 	CHECK_OUT(out);
 	return dacgo_context_host_value(to_handle(ctx), out, err());
 }
+
+#ifdef DACC_TESTING
+/* ---- The testing build only (make testing-lib): not the public ABI ---- */
+
+/* Starts the context and message id counters at these offsets into the
+** worker's range, so that tests reach max_id; call it before dac_init. */
+int dactest_set_counter_offsets(int64_t ctx_offset, int64_t msg_offset);
+
+int dactest_set_counter_offsets(int64_t ctx_offset, int64_t msg_offset) {
+	GUARD_FORK();
+	return dacgo_testing_set_counter_offsets(ctx_offset, msg_offset, err());
+}
+#endif
