@@ -10,7 +10,7 @@ SONAME  := libdistautograd.so.$(MAJOR)
 REALNAME := libdistautograd.so.$(VERSION)
 LIB     := $(BUILD)/libdistautograd.so
 GOSRC   := $(wildcard *.go container/*.go)
-CSRC    := capi.c capi_internal.h include/distautograd.h libdistautograd.map
+CSRC    := capi.c capi_internal.h capi_status.h include/distautograd.h libdistautograd.map
 LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-soname,$(SONAME)'
 
 export GOFLAGS := -buildvcs=false
@@ -197,7 +197,7 @@ demo: $(LIB) ## a training runtime's worker, acted out in C
 bench: $(LIB) ## distautograd against the native component; writes build/bench.json, rewrites the README's results
 	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) -readme README.md $(BENCH_FLAGS)
 
-generate: ## regenerate python_bindings/distautograd/_abi.py (ctypes prototypes) from include/distautograd.h
+generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h
 	$(GO) run ./cmd/dacgen
 
 clean: ## remove build outputs

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "capi_internal.h"
+#include "capi_status.h"
 #include "_cgo_export.h"
 
 /* Thread-local storage in the initial-exec model: an access is one load at
@@ -198,15 +199,9 @@ const char *dac_version(void) { return DAC_VERSION_STRING; }
 int dac_version_number(void) { return DAC_VERSION_NUMBER; }
 
 const char *dac_status_string(int status) {
-	static const char *const names[] = {
-	    "DAC_OK",         "DAC_ERR_NOT_INITIALIZED", "DAC_ERR_INVALID_ARGUMENT", "DAC_ERR_ALREADY_INITIALIZED",
-	    "DAC_ERR_NO_CURRENT_CONTEXT", "DAC_ERR_NOT_FOUND", "DAC_ERR_ALREADY_HAS_CONTEXT", "DAC_ERR_EXHAUSTED",
-	    "DAC_ERR_BAD_HANDLE", "DAC_ERR_LIMIT",     "DAC_ERR_FORKED",           "DAC_ERR_INTERNAL",
-	    "DAC_ERR_UNSUPPORTED", "DAC_ERR_TIMEOUT",
-	};
-	if (status < 0 || (size_t)status >= sizeof names / sizeof names[0])
+	if (status < 0 || (size_t)status >= sizeof dacc_status_names / sizeof dacc_status_names[0])
 		return "DAC_UNKNOWN";
-	return names[status];
+	return dacc_status_names[status];
 }
 
 const char *dac_last_error(void) { return tls_error ? tls_error->msg : ""; }

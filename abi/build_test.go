@@ -13,7 +13,7 @@ const root = ".."
 
 // librarySources are what make builds build/libdistautograd.so and
 // build/cgo_generated.h from (the Makefile's GOSRC and CSRC, tests aside).
-var librarySources = []string{"*.go", "container/*.go", "capi.c", "capi_internal.h", "include/distautograd.h", "libdistautograd.map", "go.mod", "go.sum"}
+var librarySources = []string{"*.go", "container/*.go", "capi.c", "capi_internal.h", "capi_status.h", "include/distautograd.h", "libdistautograd.map", "go.mod", "go.sum"}
 
 // built fails the test unless make has built the library and cgo's header
 // from the current sources: the contract of a stale build is not the one

@@ -40,7 +40,7 @@ func repoRoot(t testing.TB) string {
 
 // librarySources are what build/libdistautograd.so is built from (Makefile's
 // GOSRC and CSRC, tests aside): the library is stale if one is newer.
-var librarySources = []string{"*.go", "container/*.go", "capi.c", "capi_internal.h", "include/distautograd.h", "libdistautograd.map", "go.mod", "go.sum"}
+var librarySources = []string{"*.go", "container/*.go", "capi.c", "capi_internal.h", "capi_status.h", "include/distautograd.h", "libdistautograd.map", "go.mod", "go.sum"}
 
 // requireLibrary fails the test unless the library at rel (relative to the
 // repository root) exists and is newer than its sources, and returns its
