@@ -702,9 +702,30 @@ int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, in
 	return dacgo_set_cleanup_options(max_attempts, initial_backoff_us, max_backoff_us, max_pending, err());
 }
 
-int dac_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t *dropped, int64_t *pending) {
+/* The size of dac_cleanup_counters' first version: size and six counters.
+** A caller's struct may be larger (a newer header) or as large as this
+** library's, never smaller. */
+#define DACC_CLEANUP_COUNTERS_V1 (sizeof(size_t) + 6 * sizeof(int64_t))
+_Static_assert(sizeof(dac_cleanup_counters) >= DACC_CLEANUP_COUNTERS_V1, "fields are only added");
+
+int dac_cleanup_stats(dac_cleanup_counters *counters) {
 	GUARD_FORK();
-	return dacgo_cleanup_stats(sent, retried, failed, dropped, pending, err());
+	CHECK_OUT(counters);
+	size_t size = counters->size;
+	if (size < DACC_CLEANUP_COUNTERS_V1)
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__,
+		              "counters->size must be set to sizeof(dac_cleanup_counters) (at least 56)");
+	dac_cleanup_counters c = {0};
+	int rc = dacgo_cleanup_stats(&c, err());
+	if (rc != DAC_OK)
+		return rc;
+	c.size = size;
+	/* What this library knows, then 0 for the fields of a newer header. */
+	size_t known = size < sizeof c ? size : sizeof c;
+	memcpy(counters, &c, known);
+	if (size > known)
+		memset((char *)counters + known, 0, size - known);
+	return DAC_OK;
 }
 
 int dac_cleanup_flush(int64_t timeout_ms, int64_t *pending) {

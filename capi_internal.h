@@ -63,8 +63,7 @@ int dacgo_set_cleanup_sender(void *fn, void *user_data, int64_t wait_ms, dacc_er
 int dacgo_set_log_hook(void *fn, void *user_data, dacc_error_slot *e);
 int dacgo_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                               int64_t max_pending, dacc_error_slot *e);
-int dacgo_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t *dropped, int64_t *pending,
-                        dacc_error_slot *e);
+int dacgo_cleanup_stats(dac_cleanup_counters *out, dacc_error_slot *e);
 int dacgo_cleanup_flush(int64_t timeout_ms, int in_callback, int64_t *pending, dacc_error_slot *e);
 int dacgo_view(void **out, dacc_error_slot *e);
 int dacgo_context_set_host_value(uint64_t h, uint64_t value, void *drop, uint64_t *current, dacc_error_slot *e);

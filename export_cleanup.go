@@ -107,17 +107,11 @@ func dacgo_set_cleanup_options(maxAttempts C.int32_t, initialBackoffUs, maxBacko
 }
 
 //export dacgo_cleanup_stats
-func dacgo_cleanup_stats(sent, retried, failed, dropped, pending *C.int64_t, e *C.dacc_error_slot) (rc C.int) {
+func dacgo_cleanup_stats(out *C.dac_cleanup_counters, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	s := cleanup.Stats()
-	for _, f := range []struct {
-		p *C.int64_t
-		v int64
-	}{{sent, s.Sent}, {retried, s.Retried}, {failed, s.Failed}, {dropped, s.Dropped}, {pending, s.Pending}} {
-		if f.p != nil {
-			*f.p = C.int64_t(f.v)
-		}
-	}
+	out.sent, out.retried, out.failed = C.int64_t(s.Sent), C.int64_t(s.Retried), C.int64_t(s.Failed)
+	out.dropped, out.skipped, out.pending = C.int64_t(s.Dropped), C.int64_t(s.Skipped), C.int64_t(s.Pending)
 	return 0
 }
 

@@ -32,7 +32,8 @@ const (
 	Pointer                  // a pointer to data
 	FuncPointer              // a pointer to a function
 	Opaque                   // an incomplete struct (only behind a pointer)
-	Other                    // anything else: floating point, struct by value...
+	Struct                   // a complete struct of integer fields (only behind a pointer)
+	Other                    // anything else: floating point, a struct of other fields...
 )
 
 // Type is a C type reduced to its ABI-relevant facts.
@@ -42,6 +43,14 @@ type Type struct {
 	Signed bool   // for Integer
 	Name   string // the spelling: a typedef name if any ("int64_t", "dac_cleanup_sender"), else the C type ("int", "char", "void")
 	Elem   *Type  // the pointee, for Pointer
+	Fields []Field
+}
+
+// Field is one field of a Struct.
+type Field struct {
+	Name   string
+	Offset int64
+	Type   Type
 }
 
 // String returns the type in C syntax without qualifiers, e.g. "int64_t*".
@@ -61,6 +70,18 @@ func (t Type) Same(u Type) bool {
 	}
 	if t.Class == Pointer {
 		return t.Elem != nil && u.Elem != nil && t.Elem.Same(*u.Elem)
+	}
+	if t.Class == Struct {
+		if len(t.Fields) != len(u.Fields) {
+			return false
+		}
+		for i, f := range t.Fields {
+			g := u.Fields[i]
+			if f.Name != g.Name || f.Offset != g.Offset || !f.Type.Same(g.Type) {
+				return false
+			}
+		}
+		return true
 	}
 	if t.Class == Opaque || t.Class == Other {
 		return t.Name == u.Name
@@ -319,7 +340,7 @@ func convertFunc(name string, ft *cc.FunctionType) (Func, error) {
 		if err != nil {
 			return f, fmt.Errorf("parameter %d (%s): %w", i+1, p.Name(), err)
 		}
-		if t.Class == Void || t.Class == Opaque {
+		if t.Class == Void || t.Class == Opaque || t.Class == Struct {
 			return f, fmt.Errorf("parameter %d (%s) has type %s", i+1, p.Name(), t)
 		}
 		f.Params = append(f.Params, Param{Name: p.Name(), Type: t})
@@ -363,6 +384,24 @@ func convertType(t cc.Type) (Type, error) {
 			name = t.String()
 		}
 		return Type{Class: Opaque, Size: -1, Name: name}, nil
+	case t.Kind() == cc.Struct:
+		if name == "" {
+			name = t.String()
+		}
+		st, ok := t.(*cc.StructType)
+		if !ok {
+			return Type{Class: Other, Size: t.Size(), Name: name}, nil
+		}
+		out := Type{Class: Struct, Size: t.Size(), Name: name}
+		for i := range st.NumFields() {
+			f := st.FieldByIndex(i)
+			ft, err := convertType(f.Type())
+			if err != nil || ft.Class != Integer || f.IsBitfield() {
+				return Type{Class: Other, Size: t.Size(), Name: name}, nil
+			}
+			out.Fields = append(out.Fields, Field{Name: f.Name(), Offset: f.Offset(), Type: ft})
+		}
+		return out, nil
 	default:
 		if name == "" {
 			name = t.String()

@@ -232,6 +232,8 @@ def describe(t):
         return "*v"
     if isinstance(t, type) and issubclass(t, ctypes._Pointer):
         return "*" + describe(t._type_)
+    if isinstance(t, type) and issubclass(t, ctypes.Structure):
+        return "{%s}" % ",".join("%s@%d:%s" % (n, getattr(t, n).offset, describe(ft)) for n, ft in t._fields_)
     if t is ctypes.c_char:
         return "c"
     size = ctypes.sizeof(t)
@@ -298,6 +300,12 @@ func describe(t Type) string {
 		return fmt.Sprintf("u%d", 8*t.Size)
 	case FuncPointer:
 		return "*v"
+	case Struct:
+		var fs []string
+		for _, f := range t.Fields {
+			fs = append(fs, fmt.Sprintf("%s@%d:%s", f.Name, f.Offset, describe(f.Type)))
+		}
+		return "{" + strings.Join(fs, ",") + "}"
 	case Pointer:
 		switch t.Elem.Class {
 		case Void, Opaque, FuncPointer:

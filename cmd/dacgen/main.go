@@ -198,10 +198,34 @@ func python(u *abi.Unit, codes []abi.Const) ([]byte, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# %s\n", generated)
 	if len(codes) > 0 {
-		b.WriteString("import ctypes\nimport enum\n\nPROTOTYPES = {\n")
+		b.WriteString("import ctypes\nimport enum\n\n")
 	} else {
-		b.WriteString("import ctypes\n\nPROTOTYPES = {\n")
+		b.WriteString("import ctypes\n\n")
 	}
+	// The structs the functions take pointers to, in order of first use.
+	seen := map[string]bool{}
+	for _, f := range funcs {
+		for _, p := range f.Params {
+			if p.Type.Class != abi.Pointer || p.Type.Elem.Class != abi.Struct || seen[p.Type.Elem.Name] {
+				continue
+			}
+			st := p.Type.Elem
+			seen[st.Name] = true
+			fmt.Fprintf(&b, "\nclass %s(ctypes.Structure):\n    _fields_ = [\n", st.Name)
+			for _, fl := range st.Fields {
+				t, err := Ctype(fl.Type, false)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %s.%s: %w", f.Pos, st.Name, fl.Name, err)
+				}
+				fmt.Fprintf(&b, "        (%q, %s),\n", fl.Name, t)
+			}
+			b.WriteString("    ]\n\n")
+		}
+	}
+	if len(seen) > 0 {
+		b.WriteString("\n")
+	}
+	b.WriteString("PROTOTYPES = {\n")
 	for _, f := range funcs {
 		if f.Defined || f.Static {
 			return nil, fmt.Errorf("%s: %s is defined in the header; a header of the C ABI only declares", f.Pos, f.Name)
@@ -270,7 +294,9 @@ var basics = map[string]string{
 // Ctype returns the ctypes spelling of t: integers by their typedef or C
 // name, else by width and signedness; char* (const or not: a string result
 // or a buffer argument) as c_char_p; a pointer to void, to an opaque struct
-// (dac_context) or to a function as c_void_p; other pointers as POINTER.
+// (dac_context) or to a function as c_void_p; a pointer to a struct of
+// integers as POINTER of its ctypes.Structure (which _abi.py defines); other
+// pointers as POINTER.
 func Ctype(t abi.Type, result bool) (string, error) {
 	switch t.Class {
 	case abi.Void:
@@ -300,6 +326,8 @@ func Ctype(t abi.Type, result bool) (string, error) {
 			return "ctypes.c_char_p", nil
 		case e.Class == abi.Void, e.Class == abi.Opaque:
 			return "ctypes.c_void_p", nil
+		case e.Class == abi.Struct:
+			return "ctypes.POINTER(" + e.Name + ")", nil // a class of _abi.py
 		case e.Class == abi.Integer || e.Class == abi.Pointer || e.Class == abi.FuncPointer:
 			s, err := Ctype(*e, false)
 			if err != nil {

@@ -2,6 +2,19 @@
 import ctypes
 import enum
 
+
+class dac_cleanup_counters(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("sent", ctypes.c_int64),
+        ("retried", ctypes.c_int64),
+        ("failed", ctypes.c_int64),
+        ("dropped", ctypes.c_int64),
+        ("skipped", ctypes.c_int64),
+        ("pending", ctypes.c_int64),
+    ]
+
+
 PROTOTYPES = {
     "dac_version": (ctypes.c_char_p, ()),
     "dac_version_number": (ctypes.c_int, ()),
@@ -46,7 +59,7 @@ PROTOTYPES = {
     "dac_set_cleanup_sender": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p)),
     "dac_set_cleanup_sender_timeout": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)),
     "dac_set_cleanup_options": (ctypes.c_int, (ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)),
-    "dac_cleanup_stats": (ctypes.c_int, (ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64))),
+    "dac_cleanup_stats": (ctypes.c_int, (ctypes.POINTER(dac_cleanup_counters),)),
     "dac_cleanup_flush": (ctypes.c_int, (ctypes.c_int64, ctypes.POINTER(ctypes.c_int64))),
     "dac_set_log_hook": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p)),
     "dac_fork_prepare": (ctypes.c_int, (ctypes.c_int64,)),
