@@ -181,8 +181,11 @@ func dacgo_set_max_contexts(n C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	return 0
 }
 
-// thread views the C thread-local current id as a container.Thread (both are
-// one int64).
+// thread views the C thread-local current id as a container.Thread: the
+// compile-time check below fails unless a Thread is exactly one int64, so
+// Go never reads or writes past capi.c's tls_current.
+var _ = [1]struct{}{}[unsafe.Sizeof(container.Thread{})-unsafe.Sizeof(C.int64_t(0))]
+
 func thread(current *C.int64_t) *container.Thread {
 	return (*container.Thread)(unsafe.Pointer(current))
 }
