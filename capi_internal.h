@@ -151,8 +151,13 @@ static inline void dacc_callback_leave(void) {
 	__atomic_sub_fetch(&dacc_cb_in_flight, 1, __ATOMIC_SEQ_CST);
 }
 
-/* Trampolines: Go cannot call a C function pointer itself; it holds them as
-** void* (the casts are POSIX-sanctioned, as for dlsym). */
+/* ---- Trampolines: Go's calls into the host ----
+** Go cannot call a C function pointer itself; it holds them as void* (the
+** casts are POSIX-sanctioned, as for dlsym) and calls these, which pass the
+** fork gate above. */
+
+/* The cleanup sender (the release fan-out's delivery); marks the thread as
+** inside a sender for dac_set_cleanup_sender. */
 static inline int dacc_call_cleanup_sender(void *fn, void *user_data, int32_t worker_id, int64_t context_id) {
 	dacc_callback_enter();
 	dacc_tls_in_sender++;
@@ -162,6 +167,7 @@ static inline int dacc_call_cleanup_sender(void *fn, void *user_data, int32_t wo
 	return rc;
 }
 
+/* The log hook. */
 static inline void dacc_call_log(void *fn, void *user_data, int level, const char *message) {
 	dacc_callback_enter();
 	((dac_log_hook)fn)(user_data, level, message);
