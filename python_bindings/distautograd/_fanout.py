@@ -31,6 +31,10 @@ from ._lib import Status
 
 __all__ = [
     "CleanupStats",
+    "LOG_DEBUG",
+    "LOG_ERROR",
+    "LOG_INFO",
+    "LOG_WARNING",
     "cleanup_flush",
     "cleanup_stats",
     "log_to_logging",
