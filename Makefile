@@ -9,15 +9,21 @@ MAJOR   := $(firstword $(subst ., ,$(VERSION)))
 SONAME  := libdistautograd.so.$(MAJOR)
 REALNAME := libdistautograd.so.$(VERSION)
 LIB     := $(BUILD)/libdistautograd.so
-GOSRC   := $(wildcard *.go container/*.go)
-CSRC    := capi.c capi_internal.h include/distautograd.h libdistautograd.map
+# What every build of the library depends on, tests aside: the one list
+# (the Go tests that check a build is current ask `make -s library-sources`).
+GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go))
+CSRC    := capi.c capi_internal.h capi_status.h include/distautograd.h libdistautograd.map
+LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum
 LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-soname,$(SONAME)'
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib generate
+.PHONY: all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib generate
 
 all: $(LIB) torch-backend ## build build/libdistautograd.so (and the torch backend where libtorch-dev is) and copy the headers beside it
+
+library-sources: ## print what the library is built from (the tests' staleness checks read it)
+	@echo $(LIBRARY_SOURCES)
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -25,7 +31,7 @@ help: ## list the targets
 # As an installed library: the file libdistautograd.so.X.Y.Z, its soname
 # link libdistautograd.so.X (what programs load) and libdistautograd.so
 # (what -ldistautograd finds).
-$(BUILD)/$(REALNAME): $(GOSRC) $(CSRC) go.mod go.sum
+$(BUILD)/$(REALNAME): $(LIBRARY_SOURCES)
 	@mkdir -p $(BUILD)
 	$(GO) build -buildmode=c-shared -trimpath -ldflags "$(LDFLAGS)" -o $@ .
 	@# cgo writes the prototypes of the Go side beside the library; the ABI
@@ -39,11 +45,11 @@ $(BUILD)/$(SONAME): $(BUILD)/$(REALNAME)
 $(LIB): $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $@
 
-# The testing build adds dac_testing_* functions (counters started near
+# The testing build adds dactest_* functions (counters started near
 # max_id); the tests that need it build it, the release .so never has them.
 testing-lib: $(BUILD)/testing/libdistautograd.so ## build/testing/libdistautograd.so, with -tags dac_testing
 
-$(BUILD)/testing/libdistautograd.so: $(GOSRC) $(CSRC) go.mod go.sum
+$(BUILD)/testing/libdistautograd.so: $(LIBRARY_SOURCES)
 	@mkdir -p $(BUILD)/testing
 	$(GO) build -buildmode=c-shared -tags dac_testing -trimpath -ldflags "$(LDFLAGS)" -o $(BUILD)/testing/$(SONAME) .
 	rm -f $(BUILD)/testing/*.h
@@ -56,7 +62,7 @@ $(BUILD)/testing/libdistautograd.so: $(GOSRC) $(CSRC) go.mod go.sum
 # and those tests say so (and fail under CI=true); the rest runs.
 asan-lib: $(BUILD)/asan/libdistautograd.so ## build/asan/libdistautograd.so, with go build -asan
 
-$(BUILD)/asan/libdistautograd.so: $(GOSRC) $(CSRC) go.mod go.sum
+$(BUILD)/asan/libdistautograd.so: $(LIBRARY_SOURCES)
 	@mkdir -p $(BUILD)/asan
 	@rm -f $(BUILD)/asan/UNAVAILABLE
 	@if $(GO) build -asan -buildmode=c-shared -trimpath -ldflags "$(LDFLAGS)" -o $(BUILD)/asan/$(SONAME) . 2>$(BUILD)/asan/build.log; then \
@@ -197,7 +203,7 @@ demo: $(LIB) ## a training runtime's worker, acted out in C
 bench: $(LIB) ## distautograd against the native component; writes build/bench.json, rewrites the README's results
 	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) -readme README.md $(BENCH_FLAGS)
 
-generate: ## regenerate python_bindings/distautograd/_abi.py (ctypes prototypes) from include/distautograd.h
+generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h
 	$(GO) run ./cmd/dacgen
 
 clean: ## remove build outputs

@@ -10,26 +10,27 @@
 #include <time.h>
 
 #include "capi_internal.h"
+#include "capi_status.h"
 #include "_cgo_export.h"
 
 /* Thread-local storage in the initial-exec model: an access is one load at
 ** a fixed offset from the thread pointer instead of a __tls_get_addr call.
 ** It costs nothing extra: the Go runtime's own TLS already makes the library
 ** STATIC_TLS, so the loader gives its whole TLS block static space anyway. */
-#define DAC_TLS __thread __attribute__((tls_model("initial-exec")))
+#define DACC_TLS __thread __attribute__((tls_model("initial-exec")))
 
 /* The calling thread's current context id: the native thread_local. */
-static DAC_TLS int64_t tls_current = DAC_INVALID_ID;
+static DACC_TLS int64_t tls_current = DAC_INVALID_ID;
 /* Declared in capi_internal.h: nonzero while this thread runs the cleanup sender. */
 __thread int dacc_tls_in_sender;
 /* The calling thread's last error, allocated on its first use (see
 ** capi_internal.h: static TLS must stay small); freed at thread exit by
 ** error_key's destructor. */
-static DAC_TLS dac_error_slot *tls_error;
+static DACC_TLS dacc_error_slot *tls_error;
 static pthread_key_t error_key;
 /* For a thread whose slot cannot be allocated: its status and message are
 ** then this one, shared, and say so. */
-static dac_error_slot no_memory_slot = {DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"};
+static dacc_error_slot no_memory_slot = {DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"};
 
 /* Set in a child process after fork(): the Go runtime did not come along. */
 static volatile int c_forked;
@@ -41,7 +42,7 @@ static volatile int c_forked;
 ** state, and which CPython before 3.13 re-initializes in the child only
 ** after using it: the child hangs in os.fork(). So fork() closes a gate on
 ** new calls into the host and waits for those in progress, up to
-** DAC_FORK_WAIT_MS. A call that cannot finish because the forking thread
+** DACC_FORK_WAIT_MS. A call that cannot finish because the forking thread
 ** holds what it needs (the GIL, when CPython forks) would make that the
 ** whole wait: the Python package therefore calls dac_fork_prepare from an
 ** os.register_at_fork hook, where ctypes releases the GIL, and the wait
@@ -50,7 +51,7 @@ int dacc_cb_in_flight;
 int dacc_cb_fork_gate;
 __thread int dacc_tls_in_callback;
 
-#define DAC_FORK_WAIT_MS 2000
+#define DACC_FORK_WAIT_MS 2000
 /* Holders of the gate through dac_fork_prepare: the host waited already,
 ** with its own bound, and the atfork handler does not wait again. */
 static int host_prepared;
@@ -84,7 +85,7 @@ static void on_fork_prepare(void) {
 	if (__atomic_load_n(&host_prepared, __ATOMIC_SEQ_CST) > 0)
 		__atomic_add_fetch(&dacc_cb_fork_gate, 1, __ATOMIC_SEQ_CST);
 	else
-		fork_gate_close(DAC_FORK_WAIT_MS);
+		fork_gate_close(DACC_FORK_WAIT_MS);
 }
 
 static void on_fork_parent(void) { fork_gate_open(); }
@@ -106,14 +107,14 @@ static void free_error_slot(void *p) {
 		free(p);
 }
 
-__attribute__((constructor)) static void dac_c_setup(void) {
+__attribute__((constructor)) static void dacc_setup(void) {
 	pthread_key_create(&error_key, free_error_slot);
 	pthread_atfork(on_fork_prepare, on_fork_parent, on_fork_child);
 }
 
 /* The calling thread's error slot, allocated on first use. */
-static __attribute__((noinline)) dac_error_slot *new_error_slot(void) {
-	dac_error_slot *e = calloc(1, sizeof *e);
+static __attribute__((noinline)) dacc_error_slot *new_error_slot(void) {
+	dacc_error_slot *e = calloc(1, sizeof *e);
 	if (e == NULL || pthread_setspecific(error_key, e) != 0) {
 		free(e);
 		e = &no_memory_slot;
@@ -122,15 +123,17 @@ static __attribute__((noinline)) dac_error_slot *new_error_slot(void) {
 	return e;
 }
 
-static inline __attribute__((always_inline)) dac_error_slot *err(void) {
-	dac_error_slot *e = tls_error;
+static inline __attribute__((always_inline)) dacc_error_slot *err(void) {
+	dacc_error_slot *e = tls_error;
 	if (__builtin_expect(e == NULL, 0))
 		return new_error_slot();
 	return e;
 }
 
-static int fail(int code, const char *fn, const char *what) {
-	dac_error_slot *e = err();
+/* Fails a call that C refuses by itself (an argument, fork, a timeout):
+** the message is made here. Go's failures come back filled in by Go. */
+static int reject(int code, const char *fn, const char *what) {
+	dacc_error_slot *e = err();
 	if (e == &no_memory_slot)
 		return code;
 	e->code = code;
@@ -139,10 +142,10 @@ static int fail(int code, const char *fn, const char *what) {
 }
 
 static int forked(const char *fn) {
-	return fail(DAC_ERR_FORKED, fn,
-	            "the library was loaded before fork() and cannot be used in the child process "
-	            "(the Go runtime does not survive fork); load it after fork, or use the 'spawn' "
-	            "start method");
+	return reject(DAC_ERR_FORKED, fn,
+	              "the library was loaded before fork() and cannot be used in the child process "
+	              "(the Go runtime does not survive fork); load it after fork, or use the 'spawn' "
+	              "start method");
 }
 
 #define GUARD_FORK()                              \
@@ -154,8 +157,8 @@ static int forked(const char *fn) {
 #define CHECK_OUT(p)                                          \
 	do {                                                      \
 		if ((p) == NULL)                                      \
-			return fail(DAC_ERR_INVALID_ARGUMENT, __func__,   \
-			            #p " must not be NULL");              \
+			return reject(DAC_ERR_INVALID_ARGUMENT, __func__, \
+			              #p " must not be NULL");            \
 	} while (0)
 
 /* For the functions that never enter Go: C's cache of Go's answer to "has
@@ -196,15 +199,9 @@ const char *dac_version(void) { return DAC_VERSION_STRING; }
 int dac_version_number(void) { return DAC_VERSION_NUMBER; }
 
 const char *dac_status_string(int status) {
-	static const char *const names[] = {
-	    "DAC_OK",         "DAC_ERR_NOT_INITIALIZED", "DAC_ERR_INVALID_ARGUMENT", "DAC_ERR_ALREADY_INITIALIZED",
-	    "DAC_ERR_NO_CURRENT_CONTEXT", "DAC_ERR_NOT_FOUND", "DAC_ERR_ALREADY_HAS_CONTEXT", "DAC_ERR_EXHAUSTED",
-	    "DAC_ERR_BAD_HANDLE", "DAC_ERR_LIMIT",     "DAC_ERR_FORKED",           "DAC_ERR_INTERNAL",
-	    "DAC_ERR_UNSUPPORTED", "DAC_ERR_TIMEOUT",
-	};
-	if (status < 0 || (size_t)status >= sizeof names / sizeof names[0])
+	if (status < 0 || (size_t)status >= sizeof dacc_status_names / sizeof dacc_status_names[0])
 		return "DAC_UNKNOWN";
-	return names[status];
+	return dacc_status_names[status];
 }
 
 const char *dac_last_error(void) { return tls_error ? tls_error->msg : ""; }
@@ -239,14 +236,14 @@ int dac_num_contexts(int64_t *out) {
 	return dacgo_num_contexts(out, err());
 }
 
-/* Message ids come to each thread in blocks of DAC_MESSAGE_ID_BLOCK that Go
+/* Message ids come to each thread in blocks of DACC_MESSAGE_ID_BLOCK that Go
 ** reserves from the one counter, so most calls never leave C. Ids stay unique
 ** and keep the layout; a thread's ids are consecutive, but ids of different
 ** threads interleave by block rather than one by one. Ids a thread reserved
 ** and did not use before it exited are never issued (ids are never reused). */
-#define DAC_MESSAGE_ID_BLOCK 256
+#define DACC_MESSAGE_ID_BLOCK 256
 /* This thread's block, [next, end); one struct, so one offset to load. */
-static DAC_TLS struct {
+static DACC_TLS struct {
 	int64_t next, end;
 } tls_msg;
 
@@ -255,7 +252,7 @@ static __attribute__((noinline)) int new_message_id_block(int64_t *out) {
 	if (c_forked)
 		return forked("dac_new_autograd_message_id");
 	int64_t first = 0, count = 0;
-	int rc = dacgo_new_autograd_message_id_block(DAC_MESSAGE_ID_BLOCK, &first, &count, err());
+	int rc = dacgo_new_autograd_message_id_block(DACC_MESSAGE_ID_BLOCK, &first, &count, err());
 	if (rc != DAC_OK)
 		return rc;
 	*out = first;
@@ -277,7 +274,7 @@ int dac_debug_info(char *buf, size_t capacity, size_t *length) {
 	GUARD_FORK();
 	CHECK_OUT(length);
 	if (buf == NULL && capacity != 0)
-		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "buf must not be NULL when capacity is not 0");
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "buf must not be NULL when capacity is not 0");
 	return dacgo_debug_info(buf, capacity, length, err());
 }
 
@@ -386,7 +383,7 @@ static __attribute__((noinline)) dacc_view *fetch_view(void) {
 	if (c_forked)
 		return NULL; /* never into Go in a child: the callers' slow paths say why */
 	void *p = NULL;
-	dac_error_slot ignored;
+	dacc_error_slot ignored;
 	if (dacgo_view(&p, &ignored) != DAC_OK)
 		return NULL;
 	__atomic_store_n(&g_records, ((dacc_view *)p)->records, __ATOMIC_RELEASE);
@@ -610,7 +607,7 @@ static __attribute__((noinline)) int context_id_slow(dac_context *ctx, int64_t *
 	if (c_forked)
 		return forked("dac_context_id");
 	if (out == NULL)
-		return fail(DAC_ERR_INVALID_ARGUMENT, "dac_context_id", "out must not be NULL");
+		return reject(DAC_ERR_INVALID_ARGUMENT, "dac_context_id", "out must not be NULL");
 	return dacgo_context_id(to_handle(ctx), out, err());
 }
 
@@ -663,51 +660,51 @@ int dac_context_known_worker_ids(dac_context *ctx, int32_t *ids, size_t capacity
 	GUARD_FORK();
 	CHECK_OUT(count);
 	if (ids == NULL && capacity != 0)
-		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "ids must not be NULL when capacity is not 0");
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "ids must not be NULL when capacity is not 0");
 	return dacgo_context_known_worker_ids(to_handle(ctx), ids, capacity, count, err());
 }
 
 int dac_context_add_send_function(dac_context *ctx, int64_t message_id, uint64_t fn) {
 	GUARD_FORK();
-	return dacgo_context_add_function(to_handle(ctx), 0, message_id, fn, err());
+	return dacgo_context_add_function(to_handle(ctx), DACC_SEND, message_id, fn, err());
 }
 
 int dac_context_add_recv_function(dac_context *ctx, int64_t message_id, uint64_t fn) {
 	GUARD_FORK();
-	return dacgo_context_add_function(to_handle(ctx), 1, message_id, fn, err());
+	return dacgo_context_add_function(to_handle(ctx), DACC_RECV, message_id, fn, err());
 }
 
 int dac_context_send_function(dac_context *ctx, int64_t message_id, uint64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	return dacgo_context_function(to_handle(ctx), 0, message_id, out, err());
+	return dacgo_context_function(to_handle(ctx), DACC_SEND, message_id, out, err());
 }
 
 int dac_context_recv_function(dac_context *ctx, int64_t message_id, uint64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	return dacgo_context_function(to_handle(ctx), 1, message_id, out, err());
+	return dacgo_context_function(to_handle(ctx), DACC_RECV, message_id, out, err());
 }
 
 static int list_functions(const char *fn, dac_context *ctx, int kind, int64_t *message_ids, uint64_t *fns,
                           size_t capacity, size_t *count) {
 	if (count == NULL)
-		return fail(DAC_ERR_INVALID_ARGUMENT, fn, "count must not be NULL");
+		return reject(DAC_ERR_INVALID_ARGUMENT, fn, "count must not be NULL");
 	if ((message_ids == NULL || fns == NULL) && capacity != 0)
-		return fail(DAC_ERR_INVALID_ARGUMENT, fn, "message_ids and fns must not be NULL when capacity is not 0");
+		return reject(DAC_ERR_INVALID_ARGUMENT, fn, "message_ids and fns must not be NULL when capacity is not 0");
 	return dacgo_context_functions(to_handle(ctx), kind, message_ids, fns, capacity, count, err());
 }
 
 int dac_context_send_functions(dac_context *ctx, int64_t *message_ids, uint64_t *fns, size_t capacity,
                                size_t *count) {
 	GUARD_FORK();
-	return list_functions(__func__, ctx, 0, message_ids, fns, capacity, count);
+	return list_functions(__func__, ctx, DACC_SEND, message_ids, fns, capacity, count);
 }
 
 int dac_context_recv_functions(dac_context *ctx, int64_t *message_ids, uint64_t *fns, size_t capacity,
                                size_t *count) {
 	GUARD_FORK();
-	return list_functions(__func__, ctx, 1, message_ids, fns, capacity, count);
+	return list_functions(__func__, ctx, DACC_RECV, message_ids, fns, capacity, count);
 }
 
 /* ---- Release fan-out ---- */
@@ -721,7 +718,7 @@ int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data) {
 int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, int64_t timeout_ms) {
 	GUARD_FORK();
 	if (timeout_ms < 0)
-		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
 	return dacgo_set_cleanup_sender((void *)sender, user_data, dacc_tls_in_sender ? 0 : timeout_ms, err());
 }
 
@@ -731,9 +728,30 @@ int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, in
 	return dacgo_set_cleanup_options(max_attempts, initial_backoff_us, max_backoff_us, max_pending, err());
 }
 
-int dac_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t *dropped, int64_t *pending) {
+/* The size of dac_cleanup_counters' first version: size and six counters.
+** A caller's struct may be larger (a newer header) or as large as this
+** library's, never smaller. */
+#define DACC_CLEANUP_COUNTERS_V1 (sizeof(size_t) + 6 * sizeof(int64_t))
+_Static_assert(sizeof(dac_cleanup_counters) >= DACC_CLEANUP_COUNTERS_V1, "fields are only added");
+
+int dac_cleanup_stats(dac_cleanup_counters *counters) {
 	GUARD_FORK();
-	return dacgo_cleanup_stats(sent, retried, failed, dropped, pending, err());
+	CHECK_OUT(counters);
+	size_t size = counters->size;
+	if (size < DACC_CLEANUP_COUNTERS_V1)
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__,
+		              "counters->size must be set to sizeof(dac_cleanup_counters) (at least 56)");
+	dac_cleanup_counters c = {0};
+	int rc = dacgo_cleanup_stats(&c, err());
+	if (rc != DAC_OK)
+		return rc;
+	c.size = size;
+	/* What this library knows, then 0 for the fields of a newer header. */
+	size_t known = size < sizeof c ? size : sizeof c;
+	memcpy(counters, &c, known);
+	if (size > known)
+		memset((char *)counters + known, 0, size - known);
+	return DAC_OK;
 }
 
 int dac_cleanup_flush(int64_t timeout_ms, int64_t *pending) {
@@ -751,11 +769,11 @@ int dac_set_log_hook(dac_log_hook hook, void *user_data) {
 int dac_fork_prepare(int64_t timeout_ms) {
 	GUARD_FORK();
 	if (timeout_ms < 0)
-		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
 	__atomic_add_fetch(&host_prepared, 1, __ATOMIC_SEQ_CST);
 	if (!fork_gate_close(timeout_ms))
-		return fail(DAC_ERR_TIMEOUT, __func__,
-		            "calls into the cleanup sender or log hook were still in progress when the wait ran out");
+		return reject(DAC_ERR_TIMEOUT, __func__,
+		              "calls into the cleanup sender or log hook were still in progress when the wait ran out");
 	return DAC_OK;
 }
 
@@ -782,3 +800,16 @@ int dac_context_host_value(dac_context *ctx, uint64_t *out) {
 	CHECK_OUT(out);
 	return dacgo_context_host_value(to_handle(ctx), out, err());
 }
+
+#ifdef DACC_TESTING
+/* ---- The testing build only (make testing-lib): not the public ABI ---- */
+
+/* Starts the context and message id counters at these offsets into the
+** worker's range, so that tests reach max_id; call it before dac_init. */
+int dactest_set_counter_offsets(int64_t ctx_offset, int64_t msg_offset);
+
+int dactest_set_counter_offsets(int64_t ctx_offset, int64_t msg_offset) {
+	GUARD_FORK();
+	return dacgo_testing_set_counter_offsets(ctx_offset, msg_offset, err());
+}
+#endif

@@ -18,52 +18,59 @@
 ** thread exits), so that the library's static TLS stays a few words: a
 ** library loaded late with dlopen must fit in glibc's small static-TLS
 ** surplus, which other libraries share. */
-#define DAC_ERROR_MSG_CAP 1024
-typedef struct dac_error_slot {
+#define DACC_ERROR_MSG_CAP 1024
+typedef struct dacc_error_slot {
 	int code;
-	char msg[DAC_ERROR_MSG_CAP];
-} dac_error_slot;
+	char msg[DACC_ERROR_MSG_CAP];
+} dacc_error_slot;
+
+/* Which of a context's two function maps a dacgo_context_*function* call
+** means (its kind argument). */
+#define DACC_SEND 0
+#define DACC_RECV 1
 
 /* The Go side (//export in export.go, export_cleanup.go). cgo declares them
 ** again in _cgo_export.h, which capi.c includes too, so a declaration here
 ** that disagrees with the Go signature is a compile error in capi.c; the ABI
 ** contract test (abi/) checks that this list and cgo's are the same. Each
 ** writes a failure into *e and returns its status. */
-int dacgo_fill_error(int code, dac_error_slot *e);
-int dacgo_check_initialized(dac_error_slot *e);
-int dacgo_init(int64_t worker_id, dac_error_slot *e);
-int dacgo_worker_id(int32_t *out, dac_error_slot *e);
-int dacgo_max_id(int64_t *out, dac_error_slot *e);
-int dacgo_num_contexts(int64_t *out, dac_error_slot *e);
-int dacgo_new_autograd_message_id_block(int64_t n, int64_t *first, int64_t *count, dac_error_slot *e);
-int dacgo_debug_info(char *buf, size_t capacity, size_t *length, dac_error_slot *e);
-int dacgo_set_max_contexts(int64_t n, dac_error_slot *e);
-int dacgo_context_new(int64_t *current, uint64_t *out, dac_error_slot *e);
-int dacgo_context_current(int64_t current, uint64_t *out, dac_error_slot *e);
-int dacgo_context_retrieve(int64_t id, int if_present, uint64_t *out, dac_error_slot *e);
-int dacgo_context_get_or_create(int64_t id, uint64_t *out, dac_error_slot *e);
-int dacgo_context_is_valid(int64_t id, dac_error_slot *e);
-int dacgo_context_release(int64_t *current, int64_t id, int if_present, int *released, dac_error_slot *e);
-int dacgo_release_contexts_of_worker(int32_t worker, int64_t *released, dac_error_slot *e);
-int dacgo_reap_idle_contexts(int64_t idle_ms, int64_t *released, dac_error_slot *e);
-int dacgo_context_ref(uint64_t h, int delta, dac_error_slot *e);
-int dacgo_context_id(uint64_t h, int64_t *out, dac_error_slot *e);
-int dacgo_context_add_known_worker_id(uint64_t h, int32_t worker, dac_error_slot *e);
-int dacgo_context_known_worker_ids(uint64_t h, int32_t *ids, size_t capacity, size_t *count, dac_error_slot *e);
-int dacgo_context_add_function(uint64_t h, int kind, int64_t msg_id, uint64_t fn, dac_error_slot *e);
-int dacgo_context_function(uint64_t h, int kind, int64_t msg_id, uint64_t *out, dac_error_slot *e);
+int dacgo_fill_error(int code, dacc_error_slot *e);
+int dacgo_check_initialized(dacc_error_slot *e);
+int dacgo_init(int64_t worker_id, dacc_error_slot *e);
+int dacgo_worker_id(int32_t *out, dacc_error_slot *e);
+int dacgo_max_id(int64_t *out, dacc_error_slot *e);
+int dacgo_num_contexts(int64_t *out, dacc_error_slot *e);
+int dacgo_new_autograd_message_id_block(int64_t n, int64_t *first, int64_t *count, dacc_error_slot *e);
+int dacgo_debug_info(char *buf, size_t capacity, size_t *length, dacc_error_slot *e);
+int dacgo_set_max_contexts(int64_t n, dacc_error_slot *e);
+int dacgo_context_new(int64_t *current, uint64_t *out, dacc_error_slot *e);
+int dacgo_context_current(int64_t current, uint64_t *out, dacc_error_slot *e);
+int dacgo_context_retrieve(int64_t id, int if_present, uint64_t *out, dacc_error_slot *e);
+int dacgo_context_get_or_create(int64_t id, uint64_t *out, dacc_error_slot *e);
+int dacgo_context_is_valid(int64_t id, dacc_error_slot *e);
+int dacgo_context_release(int64_t *current, int64_t id, int if_present, int *released, dacc_error_slot *e);
+int dacgo_release_contexts_of_worker(int32_t worker, int64_t *released, dacc_error_slot *e);
+int dacgo_reap_idle_contexts(int64_t idle_ms, int64_t *released, dacc_error_slot *e);
+int dacgo_context_ref(uint64_t h, int delta, dacc_error_slot *e);
+int dacgo_context_id(uint64_t h, int64_t *out, dacc_error_slot *e);
+int dacgo_context_add_known_worker_id(uint64_t h, int32_t worker, dacc_error_slot *e);
+int dacgo_context_known_worker_ids(uint64_t h, int32_t *ids, size_t capacity, size_t *count, dacc_error_slot *e);
+int dacgo_context_add_function(uint64_t h, int kind, int64_t msg_id, uint64_t fn, dacc_error_slot *e);
+int dacgo_context_function(uint64_t h, int kind, int64_t msg_id, uint64_t *out, dacc_error_slot *e);
 int dacgo_context_functions(uint64_t h, int kind, int64_t *msg_ids, uint64_t *fns, size_t capacity, size_t *count,
-                            dac_error_slot *e);
-int dacgo_set_cleanup_sender(void *fn, void *user_data, int64_t wait_ms, dac_error_slot *e);
-int dacgo_set_log_hook(void *fn, void *user_data, dac_error_slot *e);
+                            dacc_error_slot *e);
+int dacgo_set_cleanup_sender(void *fn, void *user_data, int64_t wait_ms, dacc_error_slot *e);
+int dacgo_set_log_hook(void *fn, void *user_data, dacc_error_slot *e);
 int dacgo_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
-                              int64_t max_pending, dac_error_slot *e);
-int dacgo_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t *dropped, int64_t *pending,
-                        dac_error_slot *e);
-int dacgo_cleanup_flush(int64_t timeout_ms, int in_callback, int64_t *pending, dac_error_slot *e);
-int dacgo_view(void **out, dac_error_slot *e);
-int dacgo_context_set_host_value(uint64_t h, uint64_t value, void *drop, uint64_t *current, dac_error_slot *e);
-int dacgo_context_host_value(uint64_t h, uint64_t *out, dac_error_slot *e);
+                              int64_t max_pending, dacc_error_slot *e);
+int dacgo_cleanup_stats(dac_cleanup_counters *out, dacc_error_slot *e);
+int dacgo_cleanup_flush(int64_t timeout_ms, int in_callback, int64_t *pending, dacc_error_slot *e);
+int dacgo_view(void **out, dacc_error_slot *e);
+int dacgo_context_set_host_value(uint64_t h, uint64_t value, void *drop, uint64_t *current, dacc_error_slot *e);
+int dacgo_context_host_value(uint64_t h, uint64_t *out, dacc_error_slot *e);
+#ifdef DACC_TESTING
+int dacgo_testing_set_counter_offsets(int64_t ctx_offset, int64_t msg_offset, dacc_error_slot *e);
+#endif
 
 /* The contexts, as Go's container publishes them for C (container/
 ** records.go says why and how; export_records.go checks at compile time
@@ -144,9 +151,14 @@ static inline void dacc_callback_leave(void) {
 	__atomic_sub_fetch(&dacc_cb_in_flight, 1, __ATOMIC_SEQ_CST);
 }
 
-/* Trampolines: Go cannot call a C function pointer itself; it holds them as
-** void* (the casts are POSIX-sanctioned, as for dlsym). */
-static inline int dac_call_cleanup_sender(void *fn, void *user_data, int32_t worker_id, int64_t context_id) {
+/* ---- Trampolines: Go's calls into the host ----
+** Go cannot call a C function pointer itself; it holds them as void* (the
+** casts are POSIX-sanctioned, as for dlsym) and calls these, which pass the
+** fork gate above. */
+
+/* The cleanup sender (the release fan-out's delivery); marks the thread as
+** inside a sender for dac_set_cleanup_sender. */
+static inline int dacc_call_cleanup_sender(void *fn, void *user_data, int32_t worker_id, int64_t context_id) {
 	dacc_callback_enter();
 	dacc_tls_in_sender++;
 	int rc = ((dac_cleanup_sender)fn)(user_data, worker_id, context_id);
@@ -155,7 +167,8 @@ static inline int dac_call_cleanup_sender(void *fn, void *user_data, int32_t wor
 	return rc;
 }
 
-static inline void dac_call_log(void *fn, void *user_data, int level, const char *message) {
+/* The log hook. */
+static inline void dacc_call_log(void *fn, void *user_data, int level, const char *message) {
 	dacc_callback_enter();
 	((dac_log_hook)fn)(user_data, level, message);
 	dacc_callback_leave();
@@ -164,7 +177,7 @@ static inline void dac_call_log(void *fn, void *user_data, int level, const char
 /* A host value's drop function, run where the context's last reference
 ** went: on the thread that dropped it (a release, an unref, a reap), outside
 ** every lock of the container. */
-static inline void dac_call_host_drop(uintptr_t fn, uint64_t value) {
+static inline void dacc_call_host_drop(uintptr_t fn, uint64_t value) {
 	dacc_callback_enter();
 	((dac_host_value_drop)fn)(value);
 	dacc_callback_leave();

@@ -26,7 +26,7 @@ func main() {}
 var proc container.Singleton // the process-wide container
 
 // setError fills the calling thread's error slot and returns the status.
-func setError(e *C.dac_error_slot, code container.Code, msg string) C.int {
+func setError(e *C.dacc_error_slot, code container.Code, msg string) C.int {
 	e.code = C.int(code)
 	buf := unsafe.Slice((*byte)(unsafe.Pointer(&e.msg[0])), len(e.msg))
 	n := copy(buf[:len(buf)-1], msg)
@@ -34,20 +34,20 @@ func setError(e *C.dac_error_slot, code container.Code, msg string) C.int {
 	return C.int(code)
 }
 
-func fail(e *C.dac_error_slot, err error) C.int {
+func fail(e *C.dacc_error_slot, err error) C.int {
 	return setError(e, container.CodeOf(err), err.Error())
 }
 
 // recoverTo turns a panic into DAC_ERR_INTERNAL: no Go panic may cross into C.
 // Every exported function defers it.
-func recoverTo(e *C.dac_error_slot, rc *C.int) {
+func recoverTo(e *C.dacc_error_slot, rc *C.int) {
 	if r := recover(); r != nil {
 		*rc = setError(e, container.ErrInternal, fmt.Sprintf("distautograd: internal error (a bug, please report it): %v", r))
 	}
 }
 
 //export dacgo_fill_error
-func dacgo_fill_error(code C.int, e *C.dac_error_slot) C.int {
+func dacgo_fill_error(code C.int, e *C.dacc_error_slot) C.int {
 	return setError(e, container.Code(code), container.MessageOf(container.Code(code)))
 }
 
@@ -57,7 +57,7 @@ func dacgo_fill_error(code C.int, e *C.dac_error_slot) C.int {
 // cache says yet.
 //
 //export dacgo_check_initialized
-func dacgo_check_initialized(e *C.dac_error_slot) (rc C.int) {
+func dacgo_check_initialized(e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	if _, err := proc.Get(); err != nil {
 		return fail(e, err)
@@ -66,7 +66,7 @@ func dacgo_check_initialized(e *C.dac_error_slot) (rc C.int) {
 }
 
 //export dacgo_init
-func dacgo_init(workerID C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_init(workerID C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	if _, err := proc.Init(int64(workerID)); err != nil {
 		return fail(e, err)
@@ -75,7 +75,7 @@ func dacgo_init(workerID C.int64_t, e *C.dac_error_slot) (rc C.int) {
 }
 
 //export dacgo_worker_id
-func dacgo_worker_id(out *C.int32_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_worker_id(out *C.int32_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -86,7 +86,7 @@ func dacgo_worker_id(out *C.int32_t, e *C.dac_error_slot) (rc C.int) {
 }
 
 //export dacgo_max_id
-func dacgo_max_id(out *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_max_id(out *C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -97,7 +97,7 @@ func dacgo_max_id(out *C.int64_t, e *C.dac_error_slot) (rc C.int) {
 }
 
 //export dacgo_num_contexts
-func dacgo_num_contexts(out *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_num_contexts(out *C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -108,7 +108,7 @@ func dacgo_num_contexts(out *C.int64_t, e *C.dac_error_slot) (rc C.int) {
 }
 
 //export dacgo_new_autograd_message_id_block
-func dacgo_new_autograd_message_id_block(n C.int64_t, first, count *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_new_autograd_message_id_block(n C.int64_t, first, count *C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -123,7 +123,7 @@ func dacgo_new_autograd_message_id_block(n C.int64_t, first, count *C.int64_t, e
 }
 
 //export dacgo_debug_info
-func dacgo_debug_info(buf *C.char, capacity C.size_t, length *C.size_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_debug_info(buf *C.char, capacity C.size_t, length *C.size_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -169,7 +169,7 @@ func goHeapLiveBytes() int64 {
 }
 
 //export dacgo_set_max_contexts
-func dacgo_set_max_contexts(n C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_set_max_contexts(n C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -181,8 +181,11 @@ func dacgo_set_max_contexts(n C.int64_t, e *C.dac_error_slot) (rc C.int) {
 	return 0
 }
 
-// thread views the C thread-local current id as a container.Thread (both are
-// one int64).
+// thread views the C thread-local current id as a container.Thread: the
+// compile-time check below fails unless a Thread is exactly one int64, so
+// Go never reads or writes past capi.c's tls_current.
+var _ = [1]struct{}{}[unsafe.Sizeof(container.Thread{})-unsafe.Sizeof(C.int64_t(0))]
+
 func thread(current *C.int64_t) *container.Thread {
 	return (*container.Thread)(unsafe.Pointer(current))
 }
@@ -192,7 +195,7 @@ func thread(current *C.int64_t) *container.Thread {
 // cannot decide (a miss, the exact message, a creation).
 
 //export dacgo_context_new
-func dacgo_context_new(current *C.int64_t, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_new(current *C.int64_t, out *C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -207,7 +210,7 @@ func dacgo_context_new(current *C.int64_t, out *C.uint64_t, e *C.dac_error_slot)
 }
 
 //export dacgo_context_current
-func dacgo_context_current(current C.int64_t, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_current(current C.int64_t, out *C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -224,7 +227,7 @@ func dacgo_context_current(current C.int64_t, out *C.uint64_t, e *C.dac_error_sl
 }
 
 //export dacgo_context_retrieve
-func dacgo_context_retrieve(id C.int64_t, ifPresent C.int, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_retrieve(id C.int64_t, ifPresent C.int, out *C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -243,7 +246,7 @@ func dacgo_context_retrieve(id C.int64_t, ifPresent C.int, out *C.uint64_t, e *C
 }
 
 //export dacgo_context_get_or_create
-func dacgo_context_get_or_create(id C.int64_t, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_get_or_create(id C.int64_t, out *C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -258,7 +261,7 @@ func dacgo_context_get_or_create(id C.int64_t, out *C.uint64_t, e *C.dac_error_s
 }
 
 //export dacgo_context_is_valid
-func dacgo_context_is_valid(id C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_is_valid(id C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -271,7 +274,7 @@ func dacgo_context_is_valid(id C.int64_t, e *C.dac_error_slot) (rc C.int) {
 }
 
 //export dacgo_context_release
-func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, released *C.int, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, released *C.int, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -295,7 +298,7 @@ func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, re
 }
 
 //export dacgo_release_contexts_of_worker
-func dacgo_release_contexts_of_worker(worker C.int32_t, released *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_release_contexts_of_worker(worker C.int32_t, released *C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -312,7 +315,7 @@ func dacgo_release_contexts_of_worker(worker C.int32_t, released *C.int64_t, e *
 }
 
 //export dacgo_reap_idle_contexts
-func dacgo_reap_idle_contexts(idleMs C.int64_t, released *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_reap_idle_contexts(idleMs C.int64_t, released *C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -335,7 +338,7 @@ func dacgo_reap_idle_contexts(idleMs C.int64_t, released *C.int64_t, e *C.dac_er
 // the fast path may act now.
 //
 //export dacgo_context_ref
-func dacgo_context_ref(h C.uint64_t, delta C.int, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_ref(h C.uint64_t, delta C.int, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get() // no handle exists before dac_init
 	if err != nil {
@@ -369,7 +372,7 @@ func handleContext(h C.uint64_t) (*container.Context, error) {
 }
 
 //export dacgo_context_id
-func dacgo_context_id(h C.uint64_t, out *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_id(h C.uint64_t, out *C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	ctx, err := handleContext(h)
 	if err != nil {
@@ -380,7 +383,7 @@ func dacgo_context_id(h C.uint64_t, out *C.int64_t, e *C.dac_error_slot) (rc C.i
 }
 
 //export dacgo_context_add_known_worker_id
-func dacgo_context_add_known_worker_id(h C.uint64_t, worker C.int32_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_add_known_worker_id(h C.uint64_t, worker C.int32_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	ctx, err := handleContext(h)
 	if err != nil {
@@ -394,7 +397,7 @@ func dacgo_context_add_known_worker_id(h C.uint64_t, worker C.int32_t, e *C.dac_
 }
 
 //export dacgo_context_known_worker_ids
-func dacgo_context_known_worker_ids(h C.uint64_t, ids *C.int32_t, capacity C.size_t, count *C.size_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_known_worker_ids(h C.uint64_t, ids *C.int32_t, capacity C.size_t, count *C.size_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	ctx, err := handleContext(h)
 	if err != nil {
@@ -413,13 +416,13 @@ func dacgo_context_known_worker_ids(h C.uint64_t, ids *C.int32_t, capacity C.siz
 }
 
 //export dacgo_context_add_function
-func dacgo_context_add_function(h C.uint64_t, kind C.int, msgID C.int64_t, fn C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_add_function(h C.uint64_t, kind C.int, msgID C.int64_t, fn C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	ctx, err := handleContext(h)
 	if err != nil {
 		return fail(e, err)
 	}
-	if kind == 0 {
+	if kind == C.DACC_SEND {
 		err = ctx.AddSendFunction(int64(msgID), uint64(fn))
 	} else {
 		err = ctx.AddRecvFunction(int64(msgID), uint64(fn))
@@ -431,14 +434,14 @@ func dacgo_context_add_function(h C.uint64_t, kind C.int, msgID C.int64_t, fn C.
 }
 
 //export dacgo_context_function
-func dacgo_context_function(h C.uint64_t, kind C.int, msgID C.int64_t, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_function(h C.uint64_t, kind C.int, msgID C.int64_t, out *C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	ctx, err := handleContext(h)
 	if err != nil {
 		return fail(e, err)
 	}
 	var fn uint64
-	if kind == 0 {
+	if kind == C.DACC_SEND {
 		fn, err = ctx.SendFunction(int64(msgID))
 	} else {
 		fn, err = ctx.RecvFunction(int64(msgID))
@@ -451,14 +454,14 @@ func dacgo_context_function(h C.uint64_t, kind C.int, msgID C.int64_t, out *C.ui
 }
 
 //export dacgo_context_functions
-func dacgo_context_functions(h C.uint64_t, kind C.int, msgIDs *C.int64_t, fns *C.uint64_t, capacity C.size_t, count *C.size_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_functions(h C.uint64_t, kind C.int, msgIDs *C.int64_t, fns *C.uint64_t, capacity C.size_t, count *C.size_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	ctx, err := handleContext(h)
 	if err != nil {
 		return fail(e, err)
 	}
 	var m map[int64]uint64
-	if kind == 0 {
+	if kind == C.DACC_SEND {
 		m = ctx.SendFunctions()
 	} else {
 		m = ctx.RecvFunctions()

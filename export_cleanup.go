@@ -42,12 +42,12 @@ type senderKey struct{ fn, userData unsafe.Pointer }
 // inside a sender, which would wait for itself), else up to waitMs.
 //
 //export dacgo_set_cleanup_sender
-func dacgo_set_cleanup_sender(fn unsafe.Pointer, userData unsafe.Pointer, waitMs C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_set_cleanup_sender(fn unsafe.Pointer, userData unsafe.Pointer, waitMs C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	var send container.SendFunc
 	if fn != nil {
 		send = func(worker uint16, contextID int64) error {
-			if r := C.dac_call_cleanup_sender(fn, userData, C.int32_t(worker), C.int64_t(contextID)); r != 0 {
+			if r := C.dacc_call_cleanup_sender(fn, userData, C.int32_t(worker), C.int64_t(contextID)); r != 0 {
 				return fmt.Errorf("cleanup sender returned %d", int(r))
 			}
 			return nil
@@ -64,7 +64,7 @@ func dacgo_set_cleanup_sender(fn unsafe.Pointer, userData unsafe.Pointer, waitMs
 }
 
 //export dacgo_set_log_hook
-func dacgo_set_log_hook(fn unsafe.Pointer, userData unsafe.Pointer, e *C.dac_error_slot) (rc C.int) {
+func dacgo_set_log_hook(fn unsafe.Pointer, userData unsafe.Pointer, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	if fn == nil {
 		cleanup.SetLog(stderrLog)
@@ -73,7 +73,7 @@ func dacgo_set_log_hook(fn unsafe.Pointer, userData unsafe.Pointer, e *C.dac_err
 	cleanup.SetLog(func(level container.LogLevel, msg string) {
 		cs := C.CString(msg)
 		defer C.free(unsafe.Pointer(cs))
-		C.dac_call_log(fn, userData, C.int(level), cs)
+		C.dacc_call_log(fn, userData, C.int(level), cs)
 	})
 	return 0
 }
@@ -89,7 +89,7 @@ func saturating(n int64, unit time.Duration) time.Duration {
 }
 
 //export dacgo_set_cleanup_options
-func dacgo_set_cleanup_options(maxAttempts C.int32_t, initialBackoffUs, maxBackoffUs, maxPending C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_set_cleanup_options(maxAttempts C.int32_t, initialBackoffUs, maxBackoffUs, maxPending C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	if maxAttempts < 0 || initialBackoffUs < 0 || maxBackoffUs < 0 || maxPending < 0 {
 		return fail(e, container.Errorf(container.ErrInvalidArgument, "dac_set_cleanup_options: values must be >= 0 (0 selects the default)"))
@@ -107,17 +107,11 @@ func dacgo_set_cleanup_options(maxAttempts C.int32_t, initialBackoffUs, maxBacko
 }
 
 //export dacgo_cleanup_stats
-func dacgo_cleanup_stats(sent, retried, failed, dropped, pending *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_cleanup_stats(out *C.dac_cleanup_counters, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	s := cleanup.Stats()
-	for _, f := range []struct {
-		p *C.int64_t
-		v int64
-	}{{sent, s.Sent}, {retried, s.Retried}, {failed, s.Failed}, {dropped, s.Dropped}, {pending, s.Pending}} {
-		if f.p != nil {
-			*f.p = C.int64_t(f.v)
-		}
-	}
+	out.sent, out.retried, out.failed = C.int64_t(s.Sent), C.int64_t(s.Retried), C.int64_t(s.Failed)
+	out.dropped, out.skipped, out.pending = C.int64_t(s.Dropped), C.int64_t(s.Skipped), C.int64_t(s.Pending)
 	return 0
 }
 
@@ -126,7 +120,7 @@ func dacgo_cleanup_stats(sent, retried, failed, dropped, pending *C.int64_t, e *
 // until it returns: waiting would only time out (or hang), so it does not.
 //
 //export dacgo_cleanup_flush
-func dacgo_cleanup_flush(timeoutMs C.int64_t, inCallback C.int, pending *C.int64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_cleanup_flush(timeoutMs C.int64_t, inCallback C.int, pending *C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	if timeoutMs < 0 {
 		return fail(e, container.Errorf(container.ErrInvalidArgument, "dac_cleanup_flush: timeout_ms must be >= 0, got %d", int64(timeoutMs)))

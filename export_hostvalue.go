@@ -11,12 +11,12 @@ import "unsafe"
 // trampoline, which holds fork() back as the other calls into the host do.
 func init() {
 	proc.SetHostDrop(func(drop uintptr, value uint64) {
-		C.dac_call_host_drop(C.uintptr_t(drop), C.uint64_t(value))
+		C.dacc_call_host_drop(C.uintptr_t(drop), C.uint64_t(value))
 	})
 }
 
 //export dacgo_context_set_host_value
-func dacgo_context_set_host_value(h C.uint64_t, value C.uint64_t, drop unsafe.Pointer, current *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_set_host_value(h C.uint64_t, value C.uint64_t, drop unsafe.Pointer, current *C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -31,7 +31,7 @@ func dacgo_context_set_host_value(h C.uint64_t, value C.uint64_t, drop unsafe.Po
 }
 
 //export dacgo_context_host_value
-func dacgo_context_host_value(h C.uint64_t, out *C.uint64_t, e *C.dac_error_slot) (rc C.int) {
+func dacgo_context_host_value(h C.uint64_t, out *C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {

@@ -39,7 +39,7 @@ var (
 )
 
 //export dacgo_view
-func dacgo_view(out *unsafe.Pointer, e *C.dac_error_slot) (rc C.int) {
+func dacgo_view(out *unsafe.Pointer, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {

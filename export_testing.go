@@ -2,20 +2,26 @@
 
 package main
 
-// #include <stdint.h>
+/*
+#cgo CFLAGS: -DDACC_TESTING
+#include "capi_internal.h"
+*/
 import "C"
 
 import "distautograd/container"
 
-// dac_testing_set_counter_offsets starts the context and message id counters
-// at the given offsets into this worker's range, so tests reach max_id
-// without 2^48 calls. Call it before dac_init; it exists only in the testing
-// build (make testing-lib, -tags dac_testing), never in the release .so.
+// dacgo_testing_set_counter_offsets is the Go side of capi.c's
+// dactest_set_counter_offsets, which exists only in the testing build (make
+// testing-lib, -tags dac_testing: the CFLAGS above compile it in), never in
+// the release .so: it starts the context and message id counters at the
+// given offsets into this worker's range, so tests reach max_id without 2^48
+// calls. Call it before dac_init.
 //
-//export dac_testing_set_counter_offsets
-func dac_testing_set_counter_offsets(ctxOffset, msgOffset C.int64_t) C.int {
+//export dacgo_testing_set_counter_offsets
+func dacgo_testing_set_counter_offsets(ctxOffset, msgOffset C.int64_t, e *C.dacc_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
 	if ctxOffset < 0 || msgOffset < 0 || int64(ctxOffset) > container.AutoIncrementMask || int64(msgOffset) > container.AutoIncrementMask {
-		return C.int(container.ErrInvalidArgument)
+		return fail(e, container.Errorf(container.ErrInvalidArgument, "dactest_set_counter_offsets: offsets must be in [0, %d], got %d and %d", container.AutoIncrementMask, int64(ctxOffset), int64(msgOffset)))
 	}
 	proc.SetOptions(container.WithCounterOffsets(int64(ctxOffset), int64(msgOffset)))
 	return 0

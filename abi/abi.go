@@ -1,15 +1,21 @@
 // Package abi reads C function declarations and definitions with
 // modernc.org/cc/v4 (a C preprocessor, parser and type checker in Go) and
 // reduces their types to what a binary interface depends on: integer width
-// and signedness, pointer-ness, and the pointee. The ABI contract test
-// (contract_test.go) and cmd/dacgen, the generator of the Python bindings'
-// ctypes prototypes, use it.
+// and signedness, pointer-ness, and the pointee; it also reads a header's
+// integer constants (#define NAME 42 /* comment */). The ABI contract test
+// (contract_test.go) and cmd/dacgen, the generator of everything derived
+// from the header (ctypes prototypes, status codes in Go, C and Python), use
+// it: it is the one reader of the header.
 package abi
 
 import (
+	"bufio"
 	"fmt"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -26,7 +32,8 @@ const (
 	Pointer                  // a pointer to data
 	FuncPointer              // a pointer to a function
 	Opaque                   // an incomplete struct (only behind a pointer)
-	Other                    // anything else: floating point, struct by value...
+	Struct                   // a complete struct of integer fields (only behind a pointer)
+	Other                    // anything else: floating point, a struct of other fields...
 )
 
 // Type is a C type reduced to its ABI-relevant facts.
@@ -36,6 +43,14 @@ type Type struct {
 	Signed bool   // for Integer
 	Name   string // the spelling: a typedef name if any ("int64_t", "dac_cleanup_sender"), else the C type ("int", "char", "void")
 	Elem   *Type  // the pointee, for Pointer
+	Fields []Field
+}
+
+// Field is one field of a Struct.
+type Field struct {
+	Name   string
+	Offset int64
+	Type   Type
 }
 
 // String returns the type in C syntax without qualifiers, e.g. "int64_t*".
@@ -55,6 +70,18 @@ func (t Type) Same(u Type) bool {
 	}
 	if t.Class == Pointer {
 		return t.Elem != nil && u.Elem != nil && t.Elem.Same(*u.Elem)
+	}
+	if t.Class == Struct {
+		if len(t.Fields) != len(u.Fields) {
+			return false
+		}
+		for i, f := range t.Fields {
+			g := u.Fields[i]
+			if f.Name != g.Name || f.Offset != g.Offset || !f.Type.Same(g.Type) {
+				return false
+			}
+		}
+		return true
 	}
 	if t.Class == Opaque || t.Class == Other {
 		return t.Name == u.Name
@@ -145,10 +172,34 @@ func config(opts Options) (*cc.Config, error) {
 	return &cfg, nil
 }
 
+// Const is an object-like macro of the parsed file itself whose value is
+// one integer literal: #define DAC_ERR_NOT_FOUND 5 /* no context ... */.
+type Const struct {
+	Name    string
+	Value   int64
+	Comment string // the comment that ends its line, if any
+	Line    int
+}
+
+// Unit is what Parse found in a file.
+type Unit struct {
+	Funcs  []Func  // the functions named with Options.Prefix, in order of first declaration
+	Consts []Const // its integer constants named with Options.Prefix in upper case, in file order
+}
+
 // ParseFile preprocesses, parses and type-checks the C file at path and
 // returns the functions whose names start with opts.Prefix, in the order of
 // their first declaration (a later definition marks them Defined).
 func ParseFile(path string, opts Options) ([]Func, error) {
+	u, err := Parse(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	return u.Funcs, nil
+}
+
+// Parse is ParseFile with the file's constants as well.
+func Parse(path string, opts Options) (*Unit, error) {
 	cfg, err := config(opts)
 	if err != nil {
 		return nil, err
@@ -201,6 +252,10 @@ func ParseFile(path string, opts Options) ([]Func, error) {
 		funcs = append(funcs, f)
 		return nil
 	}
+	consts, err := fileConsts(path, ast.Macros, strings.ToUpper(opts.Prefix))
+	if err != nil {
+		return nil, err
+	}
 	for l := ast.TranslationUnit; l != nil; l = l.TranslationUnit {
 		ed := l.ExternalDeclaration
 		switch ed.Case {
@@ -216,7 +271,57 @@ func ParseFile(path string, opts Options) ([]Func, error) {
 			}
 		}
 	}
-	return funcs, nil
+	return &Unit{Funcs: funcs, Consts: consts}, nil
+}
+
+var trailingComment = regexp.MustCompile(`/\*\s*(.*?)\s*\*/\s*$`)
+
+// fileConsts returns the integer constants that path itself defines (not
+// its includes) with the prefix, in line order, each with the comment that
+// ends its line.
+func fileConsts(path string, macros map[string]*cc.Macro, prefix string) ([]Const, error) {
+	lines, err := readLines(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []Const
+	for name, m := range macros {
+		pos := m.Position()
+		if m.IsFnLike || !strings.HasPrefix(name, prefix) || filepath.Clean(pos.Filename) != filepath.Clean(path) {
+			continue
+		}
+		toks := m.ReplacementList()
+		if len(toks) != 1 {
+			continue
+		}
+		v, err := strconv.ParseInt(toks[0].SrcStr(), 0, 64)
+		if err != nil {
+			continue // not an integer literal
+		}
+		c := Const{Name: name, Value: v, Line: pos.Line}
+		if pos.Line >= 1 && pos.Line <= len(lines) {
+			if sm := trailingComment.FindStringSubmatch(lines[pos.Line-1]); sm != nil {
+				c.Comment = sm[1]
+			}
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Const) int { return a.Line - b.Line })
+	return out, nil
+}
+
+func readLines(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("abi: %w", err)
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	return lines, sc.Err()
 }
 
 func convertFunc(name string, ft *cc.FunctionType) (Func, error) {
@@ -235,7 +340,7 @@ func convertFunc(name string, ft *cc.FunctionType) (Func, error) {
 		if err != nil {
 			return f, fmt.Errorf("parameter %d (%s): %w", i+1, p.Name(), err)
 		}
-		if t.Class == Void || t.Class == Opaque {
+		if t.Class == Void || t.Class == Opaque || t.Class == Struct {
 			return f, fmt.Errorf("parameter %d (%s) has type %s", i+1, p.Name(), t)
 		}
 		f.Params = append(f.Params, Param{Name: p.Name(), Type: t})
@@ -279,6 +384,24 @@ func convertType(t cc.Type) (Type, error) {
 			name = t.String()
 		}
 		return Type{Class: Opaque, Size: -1, Name: name}, nil
+	case t.Kind() == cc.Struct:
+		if name == "" {
+			name = t.String()
+		}
+		st, ok := t.(*cc.StructType)
+		if !ok {
+			return Type{Class: Other, Size: t.Size(), Name: name}, nil
+		}
+		out := Type{Class: Struct, Size: t.Size(), Name: name}
+		for i := range st.NumFields() {
+			f := st.FieldByIndex(i)
+			ft, err := convertType(f.Type())
+			if err != nil || ft.Class != Integer || f.IsBitfield() {
+				return Type{Class: Other, Size: t.Size(), Name: name}, nil
+			}
+			out.Fields = append(out.Fields, Field{Name: f.Name(), Offset: f.Offset(), Type: ft})
+		}
+		return out, nil
 	default:
 		if name == "" {
 			name = t.String()

@@ -3,38 +3,22 @@ package abi
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"distautograd/internal/fresh"
 )
 
 // root is the repository root, from this package's directory.
 const root = ".."
-
-// librarySources are what make builds build/libdistautograd.so and
-// build/cgo_generated.h from (the Makefile's GOSRC and CSRC, tests aside).
-var librarySources = []string{"*.go", "container/*.go", "capi.c", "capi_internal.h", "include/distautograd.h", "libdistautograd.map", "go.mod", "go.sum"}
 
 // built fails the test unless make has built the library and cgo's header
 // from the current sources: the contract of a stale build is not the one
 // under test. (Like capi_test, these tests never build: `make test` does.)
 func built(t *testing.T) {
 	t.Helper()
-	for _, out := range []string{libPath, cgoHeader} {
-		st, err := os.Stat(out)
-		if err != nil {
-			t.Fatalf("%v: run make first", err)
-		}
-		for _, pattern := range librarySources {
-			matches, _ := filepath.Glob(filepath.Join(root, pattern))
-			for _, src := range matches {
-				if strings.HasSuffix(src, "_test.go") {
-					continue
-				}
-				if s, err := os.Stat(src); err == nil && s.ModTime().After(st.ModTime()) {
-					t.Fatalf("%s is older than %s: run make first", out, src)
-				}
-			}
+	for _, out := range []string{"build/libdistautograd.so", "build/cgo_generated.h"} {
+		if err := fresh.Check(root, out, ""); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -8,7 +8,11 @@ package abi
 //       declared alike in capi_internal.h and in cgo's generated header (the
 //       Go //export signatures), one list on both sides;
 //   (c) the Python bindings' ctypes prototypes agree with it in argument
-//       count, integer width and signedness, pointer-ness and result.
+//       count, integer width and signedness, pointer-ness and result;
+//   (d) its status codes are the ones Go (container.Code), the .so
+//       (dac_status_string) and Python (Status) know, by value and name.
+// cmd/dacgen generates the Go, C and Python copies from the header; its own
+// test says when one is stale, this one when anything disagrees.
 
 import (
 	"debug/elf"
@@ -18,8 +22,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+
+	"distautograd/container"
 )
 
 var (
@@ -225,6 +232,8 @@ def describe(t):
         return "*v"
     if isinstance(t, type) and issubclass(t, ctypes._Pointer):
         return "*" + describe(t._type_)
+    if isinstance(t, type) and issubclass(t, ctypes.Structure):
+        return "{%s}" % ",".join("%s@%d:%s" % (n, getattr(t, n).offset, describe(ft)) for n, ft in t._fields_)
     if t is ctypes.c_char:
         return "c"
     size = ctypes.sizeof(t)
@@ -291,6 +300,12 @@ func describe(t Type) string {
 		return fmt.Sprintf("u%d", 8*t.Size)
 	case FuncPointer:
 		return "*v"
+	case Struct:
+		var fs []string
+		for _, f := range t.Fields {
+			fs = append(fs, fmt.Sprintf("%s@%d:%s", f.Name, f.Offset, describe(f.Type)))
+		}
+		return "{" + strings.Join(fs, ",") + "}"
 	case Pointer:
 		switch t.Elem.Class {
 		case Void, Opaque, FuncPointer:
@@ -299,4 +314,79 @@ func describe(t Type) string {
 		return "*" + describe(*t.Elem)
 	}
 	return "?" + t.String()
+}
+
+// (d) The status codes: the header's DAC_OK and DAC_ERR_*, numbered 0, 1,
+// 2... (dac_status_string indexes a table), against Go's container.Code,
+// the built library's dac_status_string and Python's Status, which python3
+// reads from _abi.py and asks the library about through ctypes.
+func TestStatusCodesAgree(t *testing.T) {
+	built(t)
+	u, err := Parse(headerPath, Options{Prefix: "dac_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var header []string
+	for _, c := range u.Consts {
+		if c.Name != "DAC_OK" && !strings.HasPrefix(c.Name, "DAC_ERR_") {
+			continue
+		}
+		if c.Value != int64(len(header)) {
+			t.Errorf("distautograd.h:%d: %s = %d, want %d (codes are numbered 0, 1, 2... in header order)", c.Line, c.Name, c.Value, len(header))
+		}
+		header = append(header, c.Name)
+	}
+	if len(header) < 2 {
+		t.Fatalf("found status codes %v in %s", header, headerPath)
+	}
+	var goNames []string
+	for i := range len(header) + 1 {
+		goNames = append(goNames, container.Code(i).String())
+	}
+	if want := append(slices.Clone(header), fmt.Sprintf("Code(%d)", len(header))); !slices.Equal(goNames, want) {
+		t.Errorf("container.Code names by value:\n  %v\nthe header's:\n  %v", goNames, want)
+	}
+
+	python := need(t, "python3")
+	script := `
+import ctypes, importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("_abi", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+lib = ctypes.CDLL(sys.argv[2])
+lib.dac_status_string.restype = ctypes.c_char_p
+lib.dac_status_string.argtypes = (ctypes.c_int,)
+n = int(sys.argv[3])
+json.dump({
+    "python": [[s.name, int(s)] for s in mod.Status],
+    "library": [lib.dac_status_string(i).decode() for i in range(-1, n + 1)],
+}, sys.stdout)
+`
+	cmd := exec.Command(python, "-c", script, abiPyPath, libPath, fmt.Sprint(len(header)))
+	cmd.Stderr = os.Stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python3: %v", err)
+	}
+	var got struct {
+		Python  [][2]any
+		Library []string
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatalf("%v: %s", err, raw)
+	}
+	var py []string
+	for i, e := range got.Python {
+		py = append(py, "DAC_"+e[0].(string))
+		if int(e[1].(float64)) != i {
+			t.Errorf("Python Status.%s = %v, want %d", e[0], e[1], i)
+		}
+	}
+	if !slices.Equal(py, header) {
+		t.Errorf("Python's Status (_abi.py):\n  %v\nthe header's codes:\n  %v", py, header)
+	}
+	want := append(append([]string{"DAC_UNKNOWN"}, header...), "DAC_UNKNOWN")
+	if !slices.Equal(got.Library, want) {
+		t.Errorf("dac_status_string(-1..%d) of %s:\n  %v\nwant:\n  %v", len(header), libPath, got.Library, want)
+	}
 }

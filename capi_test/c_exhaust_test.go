@@ -18,7 +18,7 @@ func testingEnv(t *testing.T) []string {
 // Id counters that reach max_id fail with DAC_ERR_EXHAUSTED, on every thread,
 // and change nothing (the native component aborts on an assertion). The
 // counters start two ids before max_id, through the testing build's
-// dac_testing_set_counter_offsets; the program runs against that build by
+// dactest_set_counter_offsets; the program runs against that build by
 // LD_LIBRARY_PATH, which its RUNPATH lets win.
 func TestExhaustion(t *testing.T) {
 	env := testingEnv(t)
@@ -68,7 +68,7 @@ func TestExhaustion(t *testing.T) {
 func TestTestingHooksOnlyInTestingBuild(t *testing.T) {
 	env := testingEnv(t)
 	bin := buildC(t, "c/exhaust.c", "-ldl")
-	assertTranscript(t, "dac_testing_set_counter_offsets: absent", run(t, bin, "probe"))
+	assertTranscript(t, "dactest_set_counter_offsets: absent", run(t, bin, "probe"))
 	r := runEnv(t, env, bin, "probe")
-	assertTranscript(t, "dac_testing_set_counter_offsets: present", r.Stdout)
+	assertTranscript(t, "dactest_set_counter_offsets: present", r.Stdout)
 }

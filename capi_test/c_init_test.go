@@ -54,8 +54,9 @@ func TestBeforeInit(t *testing.T) {
 	tail := `
 		outputs untouched: yes
 		dac_set_cleanup_sender(NULL, NULL) -> DAC_OK
-		dac_cleanup_stats(NULL, NULL, NULL, NULL, NULL) -> DAC_OK
-		dac_version() = 0.1.0
+		dac_cleanup_stats(&counters) -> DAC_OK
+		counters before init: sent 0, skipped 0, pending 0
+		dac_version() = 0.2.0
 		dac_status_string(DAC_ERR_NOT_INITIALIZED) = DAC_ERR_NOT_INITIALIZED
 		-- another thread
 		dac_last_status() = 0, dac_last_error() = ""

@@ -411,9 +411,9 @@ func TestOpsDebugInfo(t *testing.T) {
 func TestOpsLibrary(t *testing.T) {
 	t.Parallel()
 	assertTranscript(t, `
-		dac_version() = 0.1.0
+		dac_version() = 0.2.0
 		matches DAC_VERSION_STRING: yes
-		dac_version_number() = 1000, DAC_VERSION_NUMBER = 1000
+		dac_version_number() = 2000, DAC_VERSION_NUMBER = 2000
 		0 = DAC_OK
 		1 = DAC_ERR_NOT_INITIALIZED
 		2 = DAC_ERR_INVALID_ARGUMENT
@@ -464,9 +464,9 @@ func TestOpsFanout(t *testing.T) {
 		dac_release_contexts_of_worker(5, NULL) -> DAC_OK
 		dac_cleanup_flush(10000, &pending) -> DAC_OK
 		delivered 1: release 1407374883553322 to worker 5;
-		dac_cleanup_stats(&st[0], &st[1], &st[2], &st[3], &st[4]) -> DAC_OK
-		sent 3, retried 0, failed 0, dropped 0, pending 0
-		dac_cleanup_stats(NULL, NULL, NULL, NULL, NULL) -> DAC_OK
+		dac_cleanup_stats(&st) -> DAC_OK
+		sent 3, retried 0, failed 0, dropped 0, skipped 1, pending 0
+		dac_cleanup_stats(NULL) -> DAC_ERR_INVALID_ARGUMENT: distautograd: dac_cleanup_stats: counters must not be NULL
 		dac_set_cleanup_sender(NULL, NULL) -> DAC_OK
 	`, run(t, buildC(t, "c/ops.c"), "fanout"))
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"distautograd/internal/fresh"
 )
 
 // repoRoot returns the repository root: the nearest directory at or above the
@@ -38,33 +40,16 @@ func repoRoot(t testing.TB) string {
 	}
 }
 
-// librarySources are what build/libdistautograd.so is built from (Makefile's
-// GOSRC and CSRC, tests aside): the library is stale if one is newer.
-var librarySources = []string{"*.go", "container/*.go", "capi.c", "capi_internal.h", "include/distautograd.h", "libdistautograd.map", "go.mod", "go.sum"}
-
 // requireLibrary fails the test unless the library at rel (relative to the
 // repository root) exists and is newer than its sources, and returns its
 // absolute path. A test of a stale library would test the wrong code.
 func requireLibrary(t testing.TB, rel, makeTarget string) string {
 	t.Helper()
 	root := repoRoot(t)
-	lib := filepath.Join(root, rel)
-	st, err := os.Stat(lib)
-	if err != nil {
-		t.Fatalf("%s is missing: run make %sfirst (%v)", rel, makeTarget, err)
+	if err := fresh.Check(root, rel, makeTarget); err != nil {
+		t.Fatal(err)
 	}
-	for _, pattern := range librarySources {
-		matches, _ := filepath.Glob(filepath.Join(root, pattern))
-		for _, src := range matches {
-			if strings.HasSuffix(src, "_test.go") {
-				continue
-			}
-			if s, err := os.Stat(src); err == nil && s.ModTime().After(st.ModTime()) {
-				t.Fatalf("%s is older than %s: run make %sfirst", rel, strings.TrimPrefix(src, root+"/"), makeTarget)
-			}
-		}
-	}
-	return lib
+	return filepath.Join(root, rel)
 }
 
 // cFlags are the flags every C test program compiles with.

@@ -75,8 +75,8 @@ func WithCounterOffsets(ctxOffset, msgOffset int64) Option {
 	}
 }
 
-// DefaultShards is the native component's shard count: the smallest power of
-// two at or above twice the number of cores.
+// DefaultShards is the shard count the native component asks for, twice the
+// number of cores; New rounds it up to a power of two, as the native does.
 func DefaultShards() int { return max(1, 2*runtime.NumCPU()) }
 
 // New returns an empty container for workerID, which must be in [0, 65535].
@@ -411,9 +411,9 @@ func (c *Container) notify(ctx *Context) {
 	}
 }
 
-// releaseWhere releases every context for which drop returns true, fanning
+// releaseWhere releases every context for which match returns true, fanning
 // out as a release does, and returns how many it released.
-func (c *Container) releaseWhere(drop func(*Context, *Record) bool) int {
+func (c *Container) releaseWhere(match func(*Context, *Record) bool) int {
 	released := 0
 	var batch []*Context
 	var dead []dying
@@ -422,7 +422,7 @@ func (c *Container) releaseWhere(drop func(*Context, *Record) bool) int {
 		batch, dead = batch[:0], dead[:0]
 		s.mu.Lock()
 		c.each(s, func(r *Record, idx uint32) {
-			if ctx := c.recs.ctxSlot(idx).Load(); drop(ctx, r) {
+			if ctx := c.recs.ctxSlot(idx).Load(); match(ctx, r) {
 				batch = append(batch, ctx)
 				dead = append(dead, c.unlist(s, r, idx))
 			}

@@ -61,7 +61,7 @@ func TestNewContextWhenThreadHasOne(t *testing.T) {
 
 	ctx, err := c.NewContext(th)
 	assert.Nil(t, ctx)
-	assertErr(t, err, container.ErrAlreadyHasCtx, "Already have an autograd context id for this thread.")
+	assertErr(t, err, container.ErrAlreadyHasContext, "Already have an autograd context id for this thread.")
 	assert.Equal(t, int64(1), c.NumContexts(), "a failed NewContext stores nothing")
 	assert.Equal(t, first3, th.CurrentID())
 
@@ -167,7 +167,7 @@ func TestReleaseResetsOnlyTheGivenThread(t *testing.T) {
 	assertErr(t, err, container.ErrNotFound, "Couldn't find autograd context data for current autograd context id")
 	// The stale id still blocks a new context on a.
 	_, err = c.NewContext(a)
-	assertErr(t, err, container.ErrAlreadyHasCtx, container.MsgAlreadyHasCtx)
+	assertErr(t, err, container.ErrAlreadyHasContext, container.MsgAlreadyHasCtx)
 
 	// Releasing without a thread (a cleanup message) resets nobody.
 	require.NoError(t, c.ReleaseContext(nil, ctxB.ID()))
@@ -463,7 +463,7 @@ func TestThread(t *testing.T) {
 	require.NoError(t, th.SetCurrentID(12345))
 	assert.Equal(t, int64(12345), th.CurrentID())
 	assert.True(t, th.HasValidContext())
-	assertErr(t, th.SetCurrentID(7), container.ErrAlreadyHasCtx, "Already have an autograd context id for this thread.")
+	assertErr(t, th.SetCurrentID(7), container.ErrAlreadyHasContext, "Already have an autograd context id for this thread.")
 	assert.Equal(t, int64(12345), th.CurrentID())
 
 	th.ForceCurrentID(7)

@@ -5,44 +5,10 @@ import (
 	"fmt"
 )
 
-// Code classifies an error; its values are the C ABI's status codes
-// (DAC_OK, DAC_ERR_*) in include/distautograd.h, and must stay in step.
+// Code classifies an error. Its values are the C ABI's status codes
+// (DAC_OK, DAC_ERR_* in include/distautograd.h): codes.go, generated from
+// the header by cmd/dacgen (make generate), defines them.
 type Code int
-
-// Status codes. Numbering is part of the ABI: append, never renumber.
-const (
-	OK                  Code = 0
-	ErrNotInitialized   Code = 1  // any call before Init
-	ErrInvalidArgument  Code = 2  // NULL pointer, value out of range
-	ErrAlreadyInit      Code = 3  // Init with a different worker id
-	ErrNoCurrentContext Code = 4  // this thread has no current context id
-	ErrNotFound         Code = 5  // no context with that id (or the current one is gone)
-	ErrAlreadyHasCtx    Code = 6  // this thread already has a current context id
-	ErrExhausted        Code = 7  // an id counter reached max_id
-	ErrBadHandle        Code = 8  // a context handle that is dead or was never issued
-	ErrLimit            Code = 9  // the cap on live contexts is reached
-	ErrForked           Code = 10 // used in a child after fork(); only the C side raises it
-	ErrInternal         Code = 11 // a recovered panic: a bug in distautograd
-	ErrUnsupported      Code = 12 // the operation is not available in this build
-	ErrTimeout          Code = 13 // a wait ran out of time
-)
-
-var codeNames = [...]string{
-	OK:                  "DAC_OK",
-	ErrNotInitialized:   "DAC_ERR_NOT_INITIALIZED",
-	ErrInvalidArgument:  "DAC_ERR_INVALID_ARGUMENT",
-	ErrAlreadyInit:      "DAC_ERR_ALREADY_INITIALIZED",
-	ErrNoCurrentContext: "DAC_ERR_NO_CURRENT_CONTEXT",
-	ErrNotFound:         "DAC_ERR_NOT_FOUND",
-	ErrAlreadyHasCtx:    "DAC_ERR_ALREADY_HAS_CONTEXT",
-	ErrExhausted:        "DAC_ERR_EXHAUSTED",
-	ErrBadHandle:        "DAC_ERR_BAD_HANDLE",
-	ErrLimit:            "DAC_ERR_LIMIT",
-	ErrForked:           "DAC_ERR_FORKED",
-	ErrInternal:         "DAC_ERR_INTERNAL",
-	ErrUnsupported:      "DAC_ERR_UNSUPPORTED",
-	ErrTimeout:          "DAC_ERR_TIMEOUT",
-}
 
 // String returns the C name of the code, e.g. "DAC_ERR_NOT_FOUND".
 func (c Code) String() string {
@@ -86,7 +52,7 @@ const (
 var (
 	errNotInitialized   = &Error{ErrNotInitialized, MsgNotInitialized}
 	errWorkerRange      = &Error{ErrInvalidArgument, MsgWorkerRange}
-	errAlreadyHasCtx    = &Error{ErrAlreadyHasCtx, MsgAlreadyHasCtx}
+	errAlreadyHasCtx    = &Error{ErrAlreadyHasContext, MsgAlreadyHasCtx}
 	errNoCurrentContext = &Error{ErrNoCurrentContext, MsgNoCurrentContext}
 	errCurrentGone      = &Error{ErrNotFound, MsgCurrentGone}
 )
@@ -99,7 +65,7 @@ func errNotFound(id int64) error {
 func NotFoundError(id int64) error { return errNotFound(id) }
 
 func errAlreadyInit(have int16, want int64) error {
-	return &Error{ErrAlreadyInit, fmt.Sprintf(
+	return &Error{ErrAlreadyInitialized, fmt.Sprintf(
 		"Container is already initialized with worker_id: %d, cannot initialize with different worker_id: %d", have, want)}
 }
 
@@ -115,7 +81,7 @@ func MessageOf(code Code) string {
 	switch code {
 	case ErrNotInitialized:
 		return MsgNotInitialized
-	case ErrAlreadyHasCtx:
+	case ErrAlreadyHasContext:
 		return MsgAlreadyHasCtx
 	case ErrNoCurrentContext:
 		return MsgNoCurrentContext

@@ -43,7 +43,7 @@ func TestErrorf(t *testing.T) {
 
 func TestMessageOf(t *testing.T) {
 	assert.Equal(t, container.MsgNotInitialized, container.MessageOf(container.ErrNotInitialized))
-	assert.Equal(t, container.MsgAlreadyHasCtx, container.MessageOf(container.ErrAlreadyHasCtx))
+	assert.Equal(t, container.MsgAlreadyHasCtx, container.MessageOf(container.ErrAlreadyHasContext))
 	assert.Equal(t, container.MsgNoCurrentContext, container.MessageOf(container.ErrNoCurrentContext))
 	assert.Equal(t, "distautograd: DAC_ERR_INTERNAL", container.MessageOf(container.ErrInternal))
 }

@@ -203,7 +203,7 @@ func (m *fuzzModel) release(t int, id int64) bool {
 
 func (m *fuzzModel) newContext(t int) outcome {
 	if m.current[t] != container.InvalidID {
-		return failed(container.ErrAlreadyHasCtx, container.MsgAlreadyHasCtx)
+		return failed(container.ErrAlreadyHasContext, container.MsgAlreadyHasCtx)
 	}
 	if m.full() {
 		m.refused++
@@ -386,7 +386,7 @@ func (r *fuzzRun) step(t *testing.T, i int, op fuzzOp) {
 			got = outcomeOf(err)
 		}
 		if m.current[ti] != container.InvalidID {
-			want = failed(container.ErrAlreadyHasCtx, container.MsgAlreadyHasCtx)
+			want = failed(container.ErrAlreadyHasContext, container.MsgAlreadyHasCtx)
 		} else {
 			m.current[ti] = id
 		}
@@ -606,7 +606,7 @@ func FuzzOps(f *testing.F) {
 // allowed lists the error codes each operation may give, whatever the
 // interleaving.
 var allowed = map[byte][]container.Code{
-	opNew:               {container.ErrAlreadyHasCtx, container.ErrLimit, container.ErrExhausted},
+	opNew:               {container.ErrAlreadyHasContext, container.ErrLimit, container.ErrExhausted},
 	opCurrent:           {container.ErrNoCurrentContext, container.ErrNotFound},
 	opRetrieve:          {container.ErrNotFound},
 	opGetOrCreate:       {container.ErrLimit},
@@ -614,7 +614,7 @@ var allowed = map[byte][]container.Code{
 	opRelease:           {container.ErrNotFound},
 	opMessageID:         {container.ErrExhausted},
 	opMessageIDBlock:    {container.ErrExhausted, container.ErrInvalidArgument},
-	opSetCurrent:        {container.ErrAlreadyHasCtx},
+	opSetCurrent:        {container.ErrAlreadyHasContext},
 	opAddFunction:       {container.ErrInvalidArgument},
 	opFunction:          {container.ErrNotFound},
 	opSetMaxContexts:    {container.ErrInvalidArgument},

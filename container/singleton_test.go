@@ -44,7 +44,7 @@ func TestSingletonInitTwice(t *testing.T) {
 	assert.Same(t, c, again)
 
 	_, err = s.Init(4)
-	assertErr(t, err, container.ErrAlreadyInit,
+	assertErr(t, err, container.ErrAlreadyInitialized,
 		"Container is already initialized with worker_id: 3, cannot initialize with different worker_id: 4")
 	// The range check comes first, as in the native init.
 	_, err = s.Init(65536)
@@ -80,7 +80,7 @@ func TestSingletonInitInt16Quirk(t *testing.T) {
 		if tc.msg == "" {
 			assert.NoError(t, err, "second Init(%d)", tc.worker)
 		} else {
-			assertErr(t, err, container.ErrAlreadyInit, tc.msg)
+			assertErr(t, err, container.ErrAlreadyInitialized, tc.msg)
 		}
 	}
 

@@ -58,9 +58,9 @@ extern "C" {
 
 /* Version of this header; dac_version() gives the library's. */
 #define DAC_VERSION_MAJOR 0
-#define DAC_VERSION_MINOR 1
+#define DAC_VERSION_MINOR 2
 #define DAC_VERSION_PATCH 0
-#define DAC_VERSION_STRING "0.1.0"
+#define DAC_VERSION_STRING "0.2.0"
 #define DAC_VERSION_NUMBER (DAC_VERSION_MAJOR * 1000000 + DAC_VERSION_MINOR * 1000 + DAC_VERSION_PATCH)
 
 /* Status codes. Values are ABI: they never change. */
@@ -96,7 +96,7 @@ typedef struct dac_context dac_context;
 
 /* ---- Library ------------------------------------------------------------ */
 
-/* Returns the library's version string, e.g. "0.1.0". Never fails; static. */
+/* Returns the library's version string, e.g. "0.2.0". Never fails; static. */
 const char *dac_version(void);
 
 /* Returns the library's DAC_VERSION_NUMBER. Never fails. */
@@ -370,10 +370,27 @@ int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, i
 int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                             int64_t max_pending);
 
-/* Writes the fan-out's counters of cleanup messages, each pointer may be NULL:
-** delivered, retries made, given up on, dropped (queue full), and pending now
-** (queued, being sent or awaiting a retry). dac_debug_info has them too. */
-int dac_cleanup_stats(int64_t *sent, int64_t *retried, int64_t *failed, int64_t *dropped, int64_t *pending);
+/* The fan-out's counters of cleanup messages (one per known worker of a
+** released context) since the process started. The caller sets size to
+** sizeof(dac_cleanup_counters) before each call: fields are only ever added
+** at the end, so a program built against an older header gets the fields
+** it knows, and one built against a newer header gets 0 in the fields this
+** library does not know. */
+typedef struct dac_cleanup_counters {
+	size_t size;     /* set by the caller: sizeof(dac_cleanup_counters) */
+	int64_t sent;    /* delivered */
+	int64_t retried; /* attempts after a failed one */
+	int64_t failed;  /* given up on after max_attempts */
+	int64_t dropped; /* refused: the queue was full */
+	int64_t skipped; /* not sent: no cleanup sender was set */
+	int64_t pending; /* queued, being sent or awaiting a retry, now */
+} dac_cleanup_counters;
+
+/* Writes the fan-out's counters into *counters, up to counters->size bytes
+** (each counter read once, not all at one instant). DAC_ERR_INVALID_ARGUMENT
+** if counters is NULL or its size is smaller than this struct's first
+** version (56 bytes). Works before dac_init. dac_debug_info has them too. */
+int dac_cleanup_stats(dac_cleanup_counters *counters);
 
 /* Waits up to timeout_ms for every pending cleanup message to be delivered or
 ** given up on; DAC_ERR_TIMEOUT if some are still pending, whose number is

@@ -51,7 +51,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -341,16 +340,6 @@ inline void callLogHook(void*, int level, const char* message) noexcept {
   }
 }
 
-// Reads one integer value of dac_debug_info's JSON object; 0 if absent.
-inline int64_t debugValue(const std::string& json, const char* key) {
-  const std::string k = std::string("\"") + key + "\":";
-  const size_t at = json.find(k);
-  if (at == std::string::npos) {
-    return 0;
-  }
-  return std::strtoll(json.c_str() + at + k.size(), nullptr, 10);
-}
-
 }  // namespace detail
 
 // DistAutogradContainer is the process-wide container of contexts: init() it
@@ -562,14 +551,16 @@ class DistAutogradContainer {
 
   // Returns the fan-out's counters (each read once, not all at one instant).
   static CleanupStats cleanupStats() {
+    dac_cleanup_counters c{};
+    c.size = sizeof c;
+    detail::check(dac_cleanup_stats(&c));
     CleanupStats s;
-    detail::check(dac_cleanup_stats(&s.sent, &s.retried, &s.failed, &s.dropped, &s.pending));
-    // skipped is only in the debug information, which needs init; before
-    // init nothing was released, so nothing was skipped.
-    int32_t worker = 0;
-    if (dac_worker_id(&worker) == DAC_OK) {
-      s.skipped = detail::debugValue(instance().debugInfo(), "cleanup_skipped");
-    }
+    s.sent = c.sent;
+    s.retried = c.retried;
+    s.failed = c.failed;
+    s.dropped = c.dropped;
+    s.skipped = c.skipped;
+    s.pending = c.pending;
     return s;
   }
 

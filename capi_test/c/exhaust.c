@@ -1,6 +1,6 @@
 /* exhaust: id counters that reach max_id fail cleanly (the native component
 ** aborts on an assertion). Needs the testing build of the library
-** (build/testing, make testing-lib), whose dac_testing_set_counter_offsets
+** (build/testing, make testing-lib), whose dactest_set_counter_offsets
 ** starts the counters near the end. Usage:
 **   exhaust WORKER     both counters two ids before max_id
 **   exhaust probe      whether this library has the testing function */
@@ -29,13 +29,13 @@ int main(int argc, char **argv) {
 	set_offsets_fn set_offsets;
 	void *self = dlopen(NULL, RTLD_NOW);
 	REQUIRE(self != NULL);
-	*(void **)&set_offsets = dlsym(self, "dac_testing_set_counter_offsets");
+	*(void **)&set_offsets = dlsym(self, "dactest_set_counter_offsets");
 	if (strcmp(argv[1], "probe") == 0) {
-		printf("dac_testing_set_counter_offsets: %s\n", set_offsets ? "present" : "absent");
+		printf("dactest_set_counter_offsets: %s\n", set_offsets ? "present" : "absent");
 		return 0;
 	}
 	if (set_offsets == NULL) {
-		fprintf(stderr, "dac_testing_set_counter_offsets not found: run against build/testing\n");
+		fprintf(stderr, "dactest_set_counter_offsets not found: run against build/testing\n");
 		return 1;
 	}
 	int64_t w = strtoll(argv[1], NULL, 10);

@@ -1,6 +1,6 @@
 /* exhaust_limits: id exhaustion from many threads, and the cap on live
 ** contexts. Needs the testing build (build/testing) for its
-** dac_testing_set_counter_offsets, except "cap". Usage:
+** dactest_set_counter_offsets, except "cap". Usage:
 **   exhaust_limits msg WORKER THREADS LEFT   message ids, LEFT before max_id
 **   exhaust_limits ctx WORKER THREADS LEFT   context ids, likewise
 **   exhaust_limits cap THREADS CAP           get-or-create floods past a cap */
@@ -85,9 +85,9 @@ static void exhaust(int msg, int64_t worker, int threads, int64_t left) {
 	set_offsets_fn set_offsets;
 	void *self = dlopen(NULL, RTLD_NOW);
 	REQUIRE(self != NULL);
-	*(void **)&set_offsets = dlsym(self, "dac_testing_set_counter_offsets");
+	*(void **)&set_offsets = dlsym(self, "dactest_set_counter_offsets");
 	if (set_offsets == NULL) {
-		fprintf(stderr, "dac_testing_set_counter_offsets not found: run against build/testing\n");
+		fprintf(stderr, "dactest_set_counter_offsets not found: run against build/testing\n");
 		exit(1);
 	}
 	REQUIRE(set_offsets(msg ? 0 : mask - left, msg ? mask - left : 0) == DAC_OK);

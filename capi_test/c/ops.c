@@ -560,11 +560,12 @@ static void scenario_fanout(void) {
 	MUST(dac_context_unref(ctx));
 	SHOW(dac_release_contexts_of_worker(5, NULL));
 	print_sent();
-	int64_t st[5] = {-1, -1, -1, -1, -1};
-	SHOW(dac_cleanup_stats(&st[0], &st[1], &st[2], &st[3], &st[4]));
-	printf("sent %" PRId64 ", retried %" PRId64 ", failed %" PRId64 ", dropped %" PRId64 ", pending %" PRId64 "\n",
-	       st[0], st[1], st[2], st[3], st[4]);
-	SHOW(dac_cleanup_stats(NULL, NULL, NULL, NULL, NULL));
+	dac_cleanup_counters st = {sizeof st, -1, -1, -1, -1, -1, -1};
+	SHOW(dac_cleanup_stats(&st));
+	printf("sent %" PRId64 ", retried %" PRId64 ", failed %" PRId64 ", dropped %" PRId64 ", skipped %" PRId64
+	       ", pending %" PRId64 "\n",
+	       st.sent, st.retried, st.failed, st.dropped, st.skipped, st.pending);
+	SHOW(dac_cleanup_stats(NULL));
 	SHOW(dac_set_cleanup_sender(NULL, NULL));
 }
 

@@ -227,7 +227,8 @@ static void run_table(int in_sender) {
 	ROW(dac_set_cleanup_sender_timeout, dac_set_cleanup_sender_timeout(table_sender, &sender_data, -1),
 	    RC == DAC_ERR_INVALID_ARGUMENT);
 	ROW(dac_set_cleanup_options, dac_set_cleanup_options(1, 1000, 1000, 0), RC == DAC_OK);
-	ROW(dac_cleanup_stats, dac_cleanup_stats(&v, NULL, NULL, NULL, &pending), RC == DAC_OK && pending >= 0);
+	dac_cleanup_counters counters = {.size = sizeof counters, .pending = -1};
+	ROW(dac_cleanup_stats, dac_cleanup_stats(&counters), RC == DAC_OK && counters.pending >= 0);
 	/* From a sender its own message is pending; from the hook, after the
 	** line about a message given up, none needs be. Either way at once. */
 	ROW(dac_cleanup_flush, dac_cleanup_flush(LONG_WAIT_MS, &pending),

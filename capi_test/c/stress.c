@@ -383,9 +383,12 @@ int main(int argc, char **argv) {
 		MUST(dac_release_contexts_of_worker(wk, &n));
 		foreign_left += n;
 	}
-	int64_t pending = -1, sent = -1, retried = -1, failed = -1, dropped = -1;
+	int64_t pending = -1;
 	SHOW(dac_cleanup_flush(60000, &pending));
-	MUST(dac_cleanup_stats(&sent, &retried, &failed, &dropped, &pending));
+	dac_cleanup_counters counters = {.size = sizeof counters};
+	MUST(dac_cleanup_stats(&counters));
+	int64_t sent = counters.sent, retried = counters.retried, failed = counters.failed, dropped = counters.dropped;
+	pending = counters.pending;
 
 	/* Figures that vary from run to run go to stderr; stdout is the verdict. */
 	fprintf(stderr,

@@ -7,7 +7,7 @@
 //                          release, handles, ContextGuard, std::thread
 //   api_test worker 40000  the int16_t worker id of the native API
 //   api_test exhausted     counters at max_id (needs the testing build, whose
-//                          dac_testing_set_counter_offsets it finds by dlsym)
+//                          dactest_set_counter_offsets it finds by dlsym)
 //
 // It prints one line per failed check and "PASS <n> checks" or
 // "FAIL <k> of <n> checks", and exits non-zero on any failure.
@@ -162,9 +162,9 @@ int scenarioWorker(int64_t w) {
 
 int scenarioExhausted() {
   using SetOffsets = int (*)(int64_t, int64_t);
-  auto set = reinterpret_cast<SetOffsets>(dlsym(RTLD_DEFAULT, "dac_testing_set_counter_offsets"));
+  auto set = reinterpret_cast<SetOffsets>(dlsym(RTLD_DEFAULT, "dactest_set_counter_offsets"));
   if (set == nullptr) {
-    std::printf("dac_testing_set_counter_offsets not found: run against the testing build\n");
+    std::printf("dactest_set_counter_offsets not found: run against the testing build\n");
     return 1;
   }
   const int64_t mask = (int64_t{1} << 48) - 1;

@@ -11,32 +11,66 @@ import (
 // root is the repository root, from this package's directory.
 const root = "../.."
 
-// TestGeneratedFileIsCurrent fails when python_bindings/distautograd/_abi.py
-// is not what dacgen makes of include/distautograd.h today: a header change
-// without `make generate`, or a hand edit of the generated file.
-func TestGeneratedFileIsCurrent(t *testing.T) {
-	want, err := Generate(filepath.Join(root, HeaderPath))
+// TestGeneratedFilesAreCurrent fails when a generated file (_abi.py,
+// container/codes.go, capi_status.h) is not what dacgen makes of
+// include/distautograd.h today: a header change without `make generate`, or
+// a hand edit of a generated file.
+func TestGeneratedFilesAreCurrent(t *testing.T) {
+	files, err := GenerateAll(filepath.Join(root, HeaderPath))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(filepath.Join(root, OutputPath))
+	for rel, want := range files {
+		got, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			t.Errorf("%v (run `make generate`)", err)
+			continue
+		}
+		if bytes.Equal(got, want) {
+			continue
+		}
+		gl, wl := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
+		for i := 0; i < len(gl) || i < len(wl); i++ {
+			var g, w string
+			if i < len(gl) {
+				g = gl[i]
+			}
+			if i < len(wl) {
+				w = wl[i]
+			}
+			if g != w {
+				t.Errorf("%s is stale: run `make generate`. First difference, line %d:\n  file:      %s\n  generated: %s", rel, i+1, g, w)
+				break
+			}
+		}
+	}
+}
+
+// TestStatusCodesMustBeDense: dac_status_string indexes a table by code.
+func TestStatusCodesMustBeDense(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "gap.h")
+	src := "#define DAC_OK 0\n#define DAC_ERR_A 1 /* a */\n#define DAC_ERR_B 3 /* b */\nint dac_f(void);\n"
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := GenerateAll(p); err == nil || !strings.Contains(err.Error(), "DAC_ERR_B = 3") {
+		t.Errorf("GenerateAll on a gap: %v, want an error naming DAC_ERR_B", err)
+	}
+	if err := os.WriteFile(p, []byte("#define DAC_OK 0\n#define DAC_ERR_ALREADY_HAS_CONTEXT 1 /* why */\nint dac_f(void);\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files, err := GenerateAll(p)
 	if err != nil {
-		t.Fatalf("%v (run `make generate`)", err)
+		t.Fatal(err)
 	}
-	if bytes.Equal(got, want) {
-		return
-	}
-	gl, wl := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
-	for i := 0; i < len(gl) || i < len(wl); i++ {
-		var g, w string
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if g != w {
-			t.Fatalf("%s is stale: run `make generate`. First difference, line %d:\n  file:      %s\n  generated: %s", OutputPath, i+1, g, w)
+	for rel, want := range map[string]string{
+		GoPath:     "ErrAlreadyHasContext Code = 1 // why",
+		CPath:      "\"DAC_ERR_ALREADY_HAS_CONTEXT\",",
+		PythonPath: "    ERR_ALREADY_HAS_CONTEXT = 1  # why\n",
+	} {
+		if !strings.Contains(string(files[rel]), want) {
+			t.Errorf("%s lacks %q:\n%s", rel, want, files[rel])
 		}
 	}
 }

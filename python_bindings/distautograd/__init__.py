@@ -34,21 +34,8 @@ import ctypes as _ctypes
 from typing import Any, Dict, NoReturn, Optional, Set
 
 from . import _lib
-from ._fanout import (
-    LOG_DEBUG,
-    LOG_ERROR,
-    LOG_INFO,
-    LOG_WARNING,
-    CleanupStats,
-    cleanup_flush,
-    cleanup_stats,
-    log_to_logging,
-    set_cleanup_options,
-    set_cleanup_sender,
-    set_log_hook,
-    _reap_idle_contexts,
-    _release_contexts_of_worker,
-)
+from . import _fanout
+from ._fanout import *  # noqa: F401,F403  (the release fan-out: _fanout.__all__)
 from ._lib import DistAutogradError, Status
 
 __all__ = [
@@ -67,21 +54,8 @@ __all__ = [
     "_release_context_if_present",
     "_retrieve_context",
     "_retrieve_context_if_present",
-    # The release fan-out (_fanout.py).
-    "CleanupStats",
-    "LOG_DEBUG",
-    "LOG_ERROR",
-    "LOG_INFO",
-    "LOG_WARNING",
-    "cleanup_flush",
-    "cleanup_stats",
-    "log_to_logging",
-    "set_cleanup_options",
-    "set_cleanup_sender",
-    "set_log_hook",
-    "_reap_idle_contexts",
-    "_release_contexts_of_worker",
 ]
+__all__ += _fanout.__all__
 
 _L = _lib.LIB
 

@@ -26,11 +26,15 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from . import _lib
+from . import _abi, _lib
 from ._lib import Status
 
 __all__ = [
     "CleanupStats",
+    "LOG_DEBUG",
+    "LOG_ERROR",
+    "LOG_INFO",
+    "LOG_WARNING",
     "cleanup_flush",
     "cleanup_stats",
     "log_to_logging",
@@ -244,18 +248,10 @@ class CleanupStats:
 def cleanup_stats() -> CleanupStats:
     """Returns the fan-out's counters (a snapshot: each is read once, not all
     at one instant)."""
-    v = [ctypes.c_int64() for _ in range(5)]
-    _check(_L.dac_cleanup_stats(*v))
-    skipped = 0
-    try:
-        skipped = _lib.debug_info().get("cleanup_skipped", 0)
-    except _lib.DistAutogradError as e:
-        # Before _init nothing was released, so nothing was skipped.
-        if e.status != Status.ERR_NOT_INITIALIZED:
-            raise
-    sent, retried, failed, dropped, pending = (x.value for x in v)
-    return CleanupStats(sent=sent, retried=retried, failed=failed, dropped=dropped, skipped=skipped,
-                        pending=pending)
+    c = _abi.dac_cleanup_counters(size=ctypes.sizeof(_abi.dac_cleanup_counters))
+    _check(_L.dac_cleanup_stats(ctypes.byref(c)))
+    return CleanupStats(sent=c.sent, retried=c.retried, failed=c.failed, dropped=c.dropped, skipped=c.skipped,
+                        pending=c.pending)
 
 
 def cleanup_flush(timeout: float = 10.0, /) -> int:

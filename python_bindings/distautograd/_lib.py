@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import enum
 import json
 import operator
 import os
 from typing import Any, Dict, List, NoReturn, Optional
 
 from . import _process
-from ._abi import PROTOTYPES
+from ._abi import PROTOTYPES, Status
 
 #: The environment variable that names the library file to load; when set it
 #: must name an existing file (a typo is an error, never a silent fallback).
@@ -60,25 +59,6 @@ INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
-
-
-class Status(enum.IntEnum):
-    """The status codes of the C ABI (DAC_OK, DAC_ERR_* in distautograd.h)."""
-
-    OK = 0
-    ERR_NOT_INITIALIZED = 1
-    ERR_INVALID_ARGUMENT = 2
-    ERR_ALREADY_INITIALIZED = 3
-    ERR_NO_CURRENT_CONTEXT = 4
-    ERR_NOT_FOUND = 5
-    ERR_ALREADY_HAS_CONTEXT = 6
-    ERR_EXHAUSTED = 7
-    ERR_BAD_HANDLE = 8
-    ERR_LIMIT = 9
-    ERR_FORKED = 10
-    ERR_INTERNAL = 11
-    ERR_UNSUPPORTED = 12
-    ERR_TIMEOUT = 13
 
 
 class DistAutogradError(RuntimeError):
