@@ -614,7 +614,7 @@ static __attribute__((noinline)) int context_id_slow(dac_context *ctx, int64_t *
 int dac_context_unref_many(dac_context *const *ctxs, size_t count) {
 	GUARD_FORK();
 	if (ctxs == NULL && count != 0)
-		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "ctxs must not be NULL when count is not 0");
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "ctxs must not be NULL when count is not 0");
 	int last = DAC_OK;
 	for (size_t i = 0; i < count; i++) {
 		int rc = dac_context_unref(ctxs[i]);

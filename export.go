@@ -7,7 +7,7 @@
 package main
 
 /*
-#cgo CFLAGS: -std=gnu11 -Wall -Wextra -Wno-unused-parameter
+#cgo CFLAGS: -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter
 #include "capi_internal.h"
 */
 import "C"
