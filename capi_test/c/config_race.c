@@ -95,7 +95,11 @@ static int sender(struct recorder *r, int code, int64_t context_id, int rc) {
 		__atomic_store_n(&marker_sender, code, __ATOMIC_SEQ_CST);
 		__atomic_add_fetch(&marker_attempts, 1, __ATOMIC_SEQ_CST);
 	}
-	sched_yield(); /* a little longer in the call: more for a setter to wait for */
+	/* A little longer in the call (5 us, busy: more for a setter to wait
+	** for). Not sched_yield: beside busy processes each yield gives a whole
+	** time slice away, and the backlog of messages then takes minutes. */
+	for (int64_t until = now_ns() + 5000; now_ns() < until;)
+		;
 	if (__atomic_load_n(&r->retired, __ATOMIC_SEQ_CST))
 		BUG("round %d: sender %d still running after a dac_set_cleanup_sender that replaced it returned", r->round,
 		    code);

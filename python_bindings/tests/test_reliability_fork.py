@@ -45,6 +45,12 @@ rounds = [0, 0, 0, 0]
 
 def busy(i):
     while not stop.is_set():
+        # Backpressure, as a host would apply it: on a loaded machine these
+        # threads can outpace the Python sender (which needs the GIL they
+        # hold) and fill the bounded queue, which then drops and logs.
+        if rounds[i] % 64 == 0:
+            while D.cleanup_stats().pending > 5000 and not stop.is_set():
+                time.sleep(0.001)
         with D.context() as cid:
             ctx = D._current_context()
             ctx._add_known_worker_id(4)
