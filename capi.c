@@ -579,6 +579,25 @@ int dac_context_id(dac_context *ctx, int64_t *out) {
 	return dacgo_context_id(to_handle(ctx), out, err());
 }
 
+/* As dac_context_id: the torch backend reads the host value on every
+** retrieve, and a call into Go there costs more than the rest of it. The
+** value is set once per life of the record (Go clears it only when the
+** record dies), so one read between two checks of that life is its value. */
+int dac_context_host_value(dac_context *ctx, uint64_t *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	uint32_t gen;
+	dacc_record *r = handle_record(to_handle(ctx), &gen);
+	if (__builtin_expect(r != NULL, 1) && referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
+		uint64_t v = __atomic_load_n(&r->host_value, __ATOMIC_ACQUIRE);
+		if (referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
+			*out = v;
+			return DAC_OK;
+		}
+	}
+	return dacgo_context_host_value(to_handle(ctx), out, err());
+}
+
 int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {
 	GUARD_FORK();
 	/* Already known (among the ids C sees) through a referenced handle:
@@ -712,10 +731,4 @@ int dac_context_set_host_value(dac_context *ctx, uint64_t value, dac_host_value_
 	GUARD_FORK();
 	CHECK_OUT(current);
 	return dacgo_context_set_host_value(to_handle(ctx), value, (void *)drop, current, err());
-}
-
-int dac_context_host_value(dac_context *ctx, uint64_t *out) {
-	GUARD_FORK();
-	CHECK_OUT(out);
-	return dacgo_context_host_value(to_handle(ctx), out, err());
 }

@@ -14,6 +14,7 @@
 
 typedef struct value {
 	int64_t id;
+	dac_context *ctx; /* the handle its context was set through */
 	int holders; /* atomic: readers holding a handle while using it */
 	int drops;   /* atomic */
 } value;
@@ -38,6 +39,7 @@ static void *reader(void *arg) {
 		}
 		value *cand = calloc(1, sizeof *cand);
 		cand->id = i;
+		cand->ctx = ctx;
 		uint64_t cur = 0;
 		if (dac_context_set_host_value(ctx, (uint64_t)(uintptr_t)cand, drop, &cur) != DAC_OK)
 			__atomic_add_fetch(&bad, 1, __ATOMIC_SEQ_CST);
@@ -49,8 +51,12 @@ static void *reader(void *arg) {
 		if (!__atomic_compare_exchange_n(&agreed[i], &expect, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) &&
 		    expect != v) {
 			/* Another value for the same id: only if the first context was
-			** released and a new one made under the id since. */
-			if (__atomic_load_n(&expect->drops, __ATOMIC_SEQ_CST) == 0)
+			** released and a new one made under the id since, which a
+			** handle tells (a handle names one context: its record's
+			** generation moves on when the record dies). The first value
+			** may still be live: it is dropped with its context's last
+			** reference, not at the release. */
+			if (expect->ctx == v->ctx && __atomic_load_n(&expect->drops, __ATOMIC_SEQ_CST) == 0)
 				__atomic_add_fetch(&mismatched, 1, __ATOMIC_SEQ_CST);
 		}
 		uint64_t again = 0;
