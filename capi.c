@@ -681,6 +681,13 @@ int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, i
 	return dacgo_set_cleanup_sender((void *)sender, user_data, dacc_tls_in_sender ? 0 : timeout_ms, err());
 }
 
+int dac_set_cleanup_sender_nonblocking(int nonblocking) {
+	GUARD_FORK();
+	if (nonblocking != 0 && nonblocking != 1)
+		return fail(DAC_ERR_INVALID_ARGUMENT, __func__, "nonblocking must be 0 or 1");
+	return dacgo_set_cleanup_nonblocking(nonblocking, err());
+}
+
 int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                             int64_t max_pending) {
 	GUARD_FORK();
