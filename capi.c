@@ -628,7 +628,7 @@ int dac_context_id(dac_context *ctx, int64_t *out) {
 	uint32_t gen;
 	dacc_record *r = handle_record(to_handle(ctx), &gen);
 	if (__builtin_expect(r != NULL && out != NULL, 1) && referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
-		int64_t id = __atomic_load_n(&r->id, __ATOMIC_RELAXED);
+		int64_t id = __atomic_load_n(&r->id, __ATOMIC_ACQUIRE);
 		/* Still the same life of the record: one that died in between has
 		** another generation now, reused or not. */
 		if (referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
@@ -637,6 +637,25 @@ int dac_context_id(dac_context *ctx, int64_t *out) {
 		}
 	}
 	return context_id_slow(ctx, out);
+}
+
+/* As dac_context_id: the torch backend reads the host value on every
+** retrieve, and a call into Go there costs more than the rest of it. The
+** value is set once per life of the record (Go clears it only when the
+** record dies), so one read between two checks of that life is its value. */
+int dac_context_host_value(dac_context *ctx, uint64_t *out) {
+	GUARD_FORK();
+	CHECK_OUT(out);
+	uint32_t gen;
+	dacc_record *r = handle_record(to_handle(ctx), &gen);
+	if (__builtin_expect(r != NULL, 1) && referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
+		uint64_t v = __atomic_load_n(&r->host_value, __ATOMIC_ACQUIRE);
+		if (referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
+			*out = v;
+			return DAC_OK;
+		}
+	}
+	return dacgo_context_host_value(to_handle(ctx), out, err());
 }
 
 int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {
@@ -722,6 +741,13 @@ int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, i
 	return dacgo_set_cleanup_sender((void *)sender, user_data, dacc_tls_in_sender ? 0 : timeout_ms, err());
 }
 
+int dac_set_cleanup_sender_nonblocking(int nonblocking) {
+	GUARD_FORK();
+	if (nonblocking != 0 && nonblocking != 1)
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "nonblocking must be 0 or 1");
+	return dacgo_set_cleanup_nonblocking(nonblocking, err());
+}
+
 int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                             int64_t max_pending) {
 	GUARD_FORK();
@@ -793,12 +819,6 @@ int dac_context_set_host_value(dac_context *ctx, uint64_t value, dac_host_value_
 	GUARD_FORK();
 	CHECK_OUT(current);
 	return dacgo_context_set_host_value(to_handle(ctx), value, (void *)drop, current, err());
-}
-
-int dac_context_host_value(dac_context *ctx, uint64_t *out) {
-	GUARD_FORK();
-	CHECK_OUT(out);
-	return dacgo_context_host_value(to_handle(ctx), out, err());
 }
 
 #ifdef DACC_TESTING

@@ -60,6 +60,7 @@ int dacgo_context_function(uint64_t h, int kind, int64_t msg_id, uint64_t *out, 
 int dacgo_context_functions(uint64_t h, int kind, int64_t *msg_ids, uint64_t *fns, size_t capacity, size_t *count,
                             dacc_error_slot *e);
 int dacgo_set_cleanup_sender(void *fn, void *user_data, int64_t wait_ms, dacc_error_slot *e);
+int dacgo_set_cleanup_nonblocking(int nonblocking, dacc_error_slot *e);
 int dacgo_set_log_hook(void *fn, void *user_data, dacc_error_slot *e);
 int dacgo_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                               int64_t max_pending, dacc_error_slot *e);

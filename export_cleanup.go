@@ -63,6 +63,13 @@ func dacgo_set_cleanup_sender(fn unsafe.Pointer, userData unsafe.Pointer, waitMs
 	return 0
 }
 
+//export dacgo_set_cleanup_nonblocking
+func dacgo_set_cleanup_nonblocking(nonblocking C.int, e *C.dacc_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	cleanup.SetFirstAttemptInline(nonblocking != 0)
+	return 0
+}
+
 //export dacgo_set_log_hook
 func dacgo_set_log_hook(fn unsafe.Pointer, userData unsafe.Pointer, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)

@@ -2,8 +2,10 @@
 natively and under the torch backend (LD_PRELOAD of
 build/libdistautograd_torch.so), each in its own processes, alternating.
 Each process runs a one-worker RPC agent on 127.0.0.1 and times every
-operation (wall clock, ns per operation); the figure of a side is the median
-over its processes. Rows go into build/bench.json with level "torch"
+operation (wall clock, ns per operation); then three processes run steps of
+the training job of torch_backend/tests/train_job.py (its model and remote
+functions, one trainer thread) and worker 0 times them. The figure of a side
+is the median over its processes (jobs). Rows go into build/bench.json with level "torch"
 (replacing earlier torch rows; the other levels' rows stay).
 
 usage: /usr/bin/python3 bench/torchbench.py [--procs N]
@@ -74,6 +76,76 @@ def worker():
     print(json.dumps(out))
 
 
+TRAIN_OP = ("training step, 3 workers: nested `rpc_sync` through both peers and back, `rpc_async`, "
+            "`backward`, `DistributedOptimizer.step`", 300)
+JOB = os.path.join(ROOT, "torch_backend", "tests")
+
+
+def train_worker(rank, port):
+    # train_job's functions travel by name: every worker imports the module.
+    sys.path.insert(0, JOB)
+    import torch
+    import torch.distributed.autograd as da
+    import torch.distributed.rpc as rpc
+    from torch.distributed.optim import DistributedOptimizer
+
+    import train_job as tj
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
+    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=60)
+    rpc.init_rpc("w%d" % rank, rank=rank, world_size=tj.WORLD, rpc_backend_options=opts)
+    out = {}
+    if rank == 0:
+        near, far = "w1", "w2"
+        rref1 = rpc.remote(near, tj.make_linear, args=(8, 16, 100))
+        rref2 = rpc.remote(far, tj.make_linear, args=(16, 4, 200))
+        local = tj.make_linear(4, 1, 300)
+        params = rpc.rpc_sync(near, tj.param_rrefs, args=(rref1,)) + rpc.rpc_sync(far, tj.param_rrefs, args=(rref2,))
+        params += [rpc.RRef(p) for p in local.parameters()]
+        opt = DistributedOptimizer(torch.optim.SGD, params, lr=0.01)
+        g = torch.Generator().manual_seed(0)
+        x, target = torch.randn(5, 8, generator=g), torch.randn(5, 1, generator=g)
+
+        def step():
+            with da.context() as cid:
+                h = rpc.rpc_sync(near, tj.first, args=(rref1, rref2, x, far, "w0"))
+                h2 = rpc.rpc_async(far, torch.add, args=(h, 1.0)).wait()
+                loss = ((local(h2) - target) ** 2).mean()
+                da.backward(cid, [loss])
+                opt.step(cid)
+
+        name, n = TRAIN_OP
+        for _ in range(n // 10):
+            step()
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            step()
+        out[name] = (time.perf_counter_ns() - t0) / n
+    rpc.shutdown()
+    if rank == 0:
+        print(json.dumps(out))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return str(port)
+
+
+def run_job(env):
+    """The training job's step time, from worker 0 of three processes."""
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, __file__, "--train", str(rank), port], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(3)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        if p.returncode != 0:
+            return None, err
+    return json.loads(outs[0][0].strip().splitlines()[-1]), ""
+
+
 def main():
     procs = 5
     if "--procs" in sys.argv:
@@ -89,10 +161,15 @@ def main():
                            timeout=600)
         if r.returncode != 0:
             sys.exit("torchbench: a %s process failed:\n%s" % ("backend" if backend else "native", r.stderr))
-        results[backend].append(json.loads(r.stdout.strip().splitlines()[-1]))
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        job, err = run_job(env)
+        if job is None:
+            sys.exit("torchbench: a %s training job failed:\n%s" % ("backend" if backend else "native", err))
+        res.update(job)
+        results[backend].append(res)
     rows = []
     print("| operation | distautograd ns/op | torch ns/op | ratio |\n|---|---:|---:|---:|")
-    for name, _ in OPS:
+    for name, _ in OPS[:2] + [TRAIN_OP] + OPS[2:]:
         d = statistics.median(x[name] for x in results[True])
         n = statistics.median(x[name] for x in results[False])
         rows.append({"level": "torch", "op": name, "threads": 1, "distautograd_ns": round(d, 1),
@@ -114,5 +191,8 @@ def main():
 if __name__ == "__main__":
     if "--worker" in sys.argv:
         worker()
+    elif "--train" in sys.argv:
+        i = sys.argv.index("--train")
+        train_worker(int(sys.argv[i + 1]), sys.argv[i + 2])
     else:
         main()

@@ -72,7 +72,8 @@ type CleanupStats struct {
 
 // Cleanup is the release fan-out: a Notifier that delivers one message per
 // known worker through a SendFunc, on its own goroutines, so that a releasing
-// caller never waits for the network. Failed sends are retried with
+// caller never waits for the network (unless its host declared the
+// SendFunc non-blocking: see SetFirstAttemptInline). Failed sends are retried with
 // exponential backoff; a bounded queue caps what is pending, and whatever
 // overflows or finally fails is counted and logged, never returned to the
 // releasing caller (it has nothing to do about it: the best effort of the
@@ -103,6 +104,12 @@ type Cleanup struct {
 	closeMu sync.RWMutex
 	closed  bool
 	started atomic.Bool // senders running; set under closeMu
+
+	// inline: first attempts run on the releasing goroutine (see
+	// SetFirstAttemptInline); inlineCalls counts those running, added under
+	// closeMu while open, so that Close can wait for them.
+	inline      atomic.Bool
+	inlineCalls sync.WaitGroup
 
 	sent, retried, failed, dropped, skipped, pending atomic.Int64
 }
@@ -258,7 +265,23 @@ func (c *Cleanup) logf(level LogLevel, format string, args ...any) {
 	}
 }
 
-// NotifyRelease queues one message per worker; it never blocks.
+// SetFirstAttemptInline says whether the SendFunc never blocks (it hands the
+// message to an asynchronous RPC layer and returns, as torch's agent does).
+// Then NotifyRelease makes each message's first attempt itself, on the
+// releasing goroutine, and only a failed one goes to the queue, whose
+// goroutines make the retries; else every attempt is theirs. Waking a
+// sender goroutine for each release costs a thread wake-up on the
+// releasing path; a sender that returns at once costs less than that. The
+// counters, the queue bound (a first attempt counts pending while it runs),
+// InstallSender's waits, Flush and Close cover first attempts alike.
+func (c *Cleanup) SetFirstAttemptInline(on bool) { c.inline.Store(on) }
+
+// FirstAttemptInline reports what SetFirstAttemptInline set.
+func (c *Cleanup) FirstAttemptInline() bool { return c.inline.Load() }
+
+// NotifyRelease queues one message per worker; it never blocks, but for
+// the first attempts it makes itself when they are inline (see
+// SetFirstAttemptInline), which take what the SendFunc takes.
 func (c *Cleanup) NotifyRelease(contextID int64, workers []uint16) {
 	if c.send.Load() == nil {
 		c.skipped.Add(int64(len(workers)))
@@ -266,17 +289,48 @@ func (c *Cleanup) NotifyRelease(contextID int64, workers []uint16) {
 		return
 	}
 	var refused []uint16
+	var inline [8]cleanupJob
+	now := inline[:0]
 	c.closeMu.RLock()
-	c.once.Do(c.start)
+	first := c.inline.Load()
+	if !first {
+		c.once.Do(c.start)
+	}
 	for _, w := range workers {
-		if !c.admit(cleanupJob{worker: w, context: contextID}) {
+		j := cleanupJob{worker: w, context: contextID}
+		switch {
+		case first && c.reserve():
+			now = append(now, j)
+		case first || !c.admit(j):
 			refused = append(refused, w)
 		}
 	}
+	if len(now) > 0 {
+		c.inlineCalls.Add(1)
+	}
 	c.closeMu.RUnlock()
+	// Outside closeMu, as the senders do: the SendFunc may release contexts,
+	// and Close waits for these calls after it has closed.
+	for _, j := range now {
+		c.deliver(j)
+	}
+	if len(now) > 0 {
+		c.inlineCalls.Done()
+	}
 	for _, w := range refused { // logged outside closeMu: the hook may release contexts
 		c.logDropped(contextID, w)
 	}
+}
+
+// reserve counts one message pending for an inline first attempt, or counts
+// it dropped, as admit does for the queue. The caller holds closeMu shared.
+func (c *Cleanup) reserve() bool {
+	if c.pending.Add(1) <= int64(c.Options().MaxPending) && !c.closed {
+		return true
+	}
+	c.pending.Add(-1)
+	c.dropped.Add(1)
+	return false
 }
 
 // admit counts j as pending and queues it, or counts it as dropped if
@@ -398,6 +452,9 @@ func (c *Cleanup) retryLater(j cleanupJob) {
 		delete(c.timers, t)
 		c.mu.Unlock()
 		c.closeMu.RLock()
+		if !c.closed {
+			c.once.Do(c.start) // the first retry of inline first attempts
+		}
 		ok := !c.closed && c.put(j)
 		c.closeMu.RUnlock()
 		if !ok {
@@ -458,7 +515,8 @@ func (c *Cleanup) Close() {
 	c.mu.Unlock()
 	c.once.Do(func() {}) // no senders may start after this
 	c.wg.Wait()
-	c.timing.Wait() // timers that fired before Close drop or queue their message
+	c.inlineCalls.Wait() // a failed one sets a timer or, closed, drops
+	c.timing.Wait()      // timers that fired before Close drop or queue their message
 	for {
 		select {
 		case <-c.queue:

@@ -329,15 +329,18 @@ int dac_context_host_value(dac_context *ctx, uint64_t *out);
 ** through the host's RPC layer (the receiving worker calls
 ** dac_context_release_if_present). Returns 0 if delivered, anything else if
 ** not (then the message is retried). Called on a library thread, outside
-** every lock of the container, never on the thread that released; it may
-** call any dac_* function. It should not block for long: the library runs
-** a few senders, and a slow one delays the messages queued behind it. */
+** every lock of the container, never on the thread that released (unless
+** the host declared it non-blocking: dac_set_cleanup_sender_nonblocking);
+** it may call any dac_* function. It should not block for long: the
+** library runs a few senders, and a slow one delays the messages queued
+** behind it. */
 typedef int (*dac_cleanup_sender)(void *user_data, int32_t worker_id, int64_t context_id);
 
 /* Sets the cleanup sender (NULL: none; then releases tell nobody and count
 ** cleanup_skipped, as the native component does without an RPC agent). May be
 ** called before dac_init. Each release of a context with known workers queues
-** one message per worker and returns at once; a failed message is retried with
+** one message per worker and returns at once (but see
+** dac_set_cleanup_sender_nonblocking); a failed message is retried with
 ** exponential backoff up to max_attempts, then counted as failed and logged.
 ** It returns once every call of the previous sender has returned, so the host
 ** may then free that sender's user_data (called from inside a sender, it
@@ -357,6 +360,25 @@ int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data);
 ** dac_set_cleanup_sender without a bound). Called from inside a sender, it
 ** does not wait (its own call is still running) and returns DAC_OK. */
 int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, int64_t timeout_ms);
+
+/* Declares (nonblocking 1) that the cleanup sender never blocks: it hands
+** the message to an asynchronous RPC layer and returns (as torch's agent
+** does, and as the native component sends from the releasing thread). Then
+** each release makes the first attempt of each of its messages itself, on
+** the releasing thread, after the release has taken effect and outside
+** every lock of the container, before it returns; only a failed attempt is
+** queued, and its retries run on library threads as before. This replaces
+** "never on the thread that released": the sender, and the log hook for a
+** failed first attempt, then run inside the host's call to a release
+** (dac_context_release, dac_context_release_if_present,
+** dac_release_contexts_of_worker, dac_reap_idle_contexts), so they must not
+** take a lock that the releasing caller may hold. It saves waking a library thread per
+** message. nonblocking 0 (the default) restores library threads for every
+** attempt; anything else is DAC_ERR_INVALID_ARGUMENT. Applies to releases
+** from now on, whatever sender is in force; counters, max_pending,
+** dac_cleanup_flush, the waits of dac_set_cleanup_sender and the fork gate
+** cover these attempts alike. May be called before dac_init. */
+int dac_set_cleanup_sender_nonblocking(int nonblocking);
 
 /* Tunes the fan-out; 0 selects a default: max_attempts 21 (the native 20
 ** retries after the first attempt), initial_backoff_us 10000 (doubling per

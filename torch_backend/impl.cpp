@@ -149,8 +149,11 @@ ContextPtr hosted(dac_context* h) {
 // ---- The cleanup sender: torch's own CleanupAutogradContextReq ----------
 
 // Hands the message to the current RPC agent, which sends it with torch's
-// own retries (20, as the native sendReleaseContextRpc); the fan-out
-// thread never waits for the network. What finally fails is counted.
+// own retries (20, as the native sendReleaseContextRpc) and returns: it
+// never waits for the network, so it is declared non-blocking and runs on
+// the releasing thread, as the native sendReleaseContextRpc does (waking a
+// library thread per release cost more than the send). What finally fails
+// is counted.
 int send_cleanup(void*, int32_t worker, int64_t context_id) {
   if (exiting.load(std::memory_order_relaxed) || !rpc::RpcAgent::isCurrentRpcAgentSet())
     return 1;  // retried with backoff; given up on and counted if it stays so
@@ -205,6 +208,7 @@ void ensure_torch_container(int64_t worker) {
     return;
   void* p = real.init(worker);
   check(dac_set_cleanup_sender(send_cleanup, nullptr));
+  check(dac_set_cleanup_sender_nonblocking(1));
   // DISTAUTOGRAD_MAX_CONTEXTS=N caps live contexts: past it torch gets a
   // RuntimeError instead of growing without bound.
   if (const char* cap = getenv("DISTAUTOGRAD_MAX_CONTEXTS"); cap != nullptr && *cap != 0) {
@@ -250,17 +254,21 @@ ContextPtr m_newContext(void*) {
 }
 
 // Copies the known workers torch's engine recorded on libtorch's context
-// into distautograd's, whose release fan-out tells them.
-void copy_known_workers(int64_t id) {
+// into distautograd's, whose release fan-out tells them. False: no context
+// id was stored when it looked.
+bool copy_known_workers(int64_t id) {
   Handle h;
-  if (dac_context_retrieve_if_present(id, &h.h) != DAC_OK || h.h == nullptr)
-    return;
+  if (dac_context_retrieve_if_present(id, &h.h) != DAC_OK)
+    return true;  // the release says why
+  if (h.h == nullptr)
+    return false;
   uint64_t v = 0;
   if (dac_context_host_value(h.h, &v) != DAC_OK || v == 0)
-    return;
+    return true;
   auto& ctx = *reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(v));
   for (auto w : ctx->getKnownWorkerIds())
     dac_context_add_known_worker_id(h.h, static_cast<uint16_t>(w));
+  return true;
 }
 
 void m_releaseContext(void*, int64_t id) {
@@ -268,9 +276,13 @@ void m_releaseContext(void*, int64_t id) {
   check(dac_context_release(id));
 }
 
+// A cleanup message for a context already gone (the usual case: every
+// worker that took part tells every other) is answered by the lookup: the
+// release takes effect where that found nothing, a second crossing into Go
+// would only say so again.
 void m_releaseContextIfPresent(void*, int64_t id) {
-  copy_known_workers(id);
-  check(dac_context_release_if_present(id, nullptr));
+  if (copy_known_workers(id))
+    check(dac_context_release_if_present(id, nullptr));
 }
 
 void m_isValidContext(void*, int64_t id) { check(dac_context_is_valid(id)); }

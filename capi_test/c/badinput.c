@@ -414,6 +414,29 @@ int main(void) {
 	    dac_set_cleanup_sender_timeout(counting_sender, &delivered, INT64_MIN));
 	ROW(dac_set_cleanup_sender_timeout, "not an error: the pair in force, INT64_MAX ms", DAC_OK,
 	    dac_set_cleanup_sender_timeout(counting_sender, &delivered, INT64_MAX));
+	ROW(dac_set_cleanup_sender_nonblocking, "2 (a flag is 0 or 1)", DAC_ERR_INVALID_ARGUMENT,
+	    dac_set_cleanup_sender_nonblocking(2));
+	ROW(dac_set_cleanup_sender_nonblocking, "-1", DAC_ERR_INVALID_ARGUMENT, dac_set_cleanup_sender_nonblocking(-1));
+	ROW(dac_set_cleanup_sender_nonblocking, "INT_MIN", DAC_ERR_INVALID_ARGUMENT,
+	    dac_set_cleanup_sender_nonblocking(INT_MIN));
+	ROW(dac_set_cleanup_sender_nonblocking, "not an error: 1, then a release fans out inline", DAC_OK,
+	    dac_set_cleanup_sender_nonblocking(1));
+	{
+		/* The first attempt is the releasing thread's: delivered before the
+		** release returns, no flush needed. */
+		long before = __atomic_load_n(&delivered, __ATOMIC_SEQ_CST);
+		dac_context *k = NULL;
+		MUST(dac_context_new(&k));
+		int64_t kid = -1;
+		MUST(dac_context_id(k, &kid));
+		MUST(dac_context_add_known_worker_id(k, 9));
+		MUST(dac_context_unref(k));
+		MUST(dac_context_release(kid));
+		if (__atomic_load_n(&delivered, __ATOMIC_SEQ_CST) != before + 1)
+			printf("BUG: a non-blocking sender's first attempt was not made by the release\n"), bugs++;
+	}
+	ROW(dac_set_cleanup_sender_nonblocking, "not an error: 0, back to library threads", DAC_OK,
+	    dac_set_cleanup_sender_nonblocking(0));
 	ROW(dac_fork_prepare, "a negative timeout", DAC_ERR_INVALID_ARGUMENT, dac_fork_prepare(-1));
 	ROW(dac_fork_prepare, "INT64_MIN", DAC_ERR_INVALID_ARGUMENT, dac_fork_prepare(INT64_MIN));
 	ROW(dac_fork_prepare, "not an error: INT64_MAX ms, nothing in flight", DAC_OK, dac_fork_prepare(INT64_MAX));

@@ -18,6 +18,9 @@
 **                              child could otherwise inherit a lock a sender
 **                              held, and hang), so no child may find a
 **                              sender mid-call in its copy of the memory
+**   fork gate FORKS nonblocking  the same, the sender declared non-blocking:
+**                              the releasing threads call it themselves,
+**                              and the gate holds them back alike
 **   fork gate-blocked          a sender that does not return: fork() waits
 **                              for it 2 s (the bound), then goes on */
 #include "check.h"
@@ -117,6 +120,7 @@ static void use_everything(dac_context *parents) {
 	CHILD(dac_context_host_value(parents, &hv));
 	CHILD(dac_set_cleanup_sender(never_sends, NULL));
 	CHILD(dac_set_cleanup_sender_timeout(never_sends, NULL, 10));
+	CHILD(dac_set_cleanup_sender_nonblocking(1));
 	CHILD(dac_set_cleanup_options(1, 1, 1, 1));
 	CHILD(dac_cleanup_stats(&counters));
 	CHILD(dac_cleanup_flush(10, &a));
@@ -411,8 +415,9 @@ static void *releasing_main(void *arg) {
 	return NULL;
 }
 
-static void gate(int forks) {
+static void gate(int forks, int nonblocking) {
 	MUST(dac_set_cleanup_sender(marking_sender, NULL));
+	MUST(dac_set_cleanup_sender_nonblocking(nonblocking));
 	MUST(dac_set_log_hook(count_log, NULL));
 	MUST(dac_init(3));
 	pthread_t threads[2];
@@ -503,8 +508,8 @@ int main(int argc, char **argv) {
 		gate_blocked();
 		return 0;
 	}
-	if (argc == 3 && strcmp(argv[1], "gate") == 0) {
-		gate(atoi(argv[2]));
+	if ((argc == 3 || (argc == 4 && strcmp(argv[3], "nonblocking") == 0)) && strcmp(argv[1], "gate") == 0) {
+		gate(atoi(argv[2]), argc == 4);
 		return 0;
 	}
 	if (argc == 2 && strcmp(argv[1], "fresh") == 0) {

@@ -60,6 +60,7 @@ PROTOTYPES = {
     "dac_context_host_value": (ctypes.c_int, (ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64))),
     "dac_set_cleanup_sender": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p)),
     "dac_set_cleanup_sender_timeout": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)),
+    "dac_set_cleanup_sender_nonblocking": (ctypes.c_int, (ctypes.c_int,)),
     "dac_set_cleanup_options": (ctypes.c_int, (ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)),
     "dac_cleanup_stats": (ctypes.c_int, (ctypes.POINTER(dac_cleanup_counters),)),
     "dac_cleanup_flush": (ctypes.c_int, (ctypes.c_int64, ctypes.POINTER(ctypes.c_int64))),
