@@ -130,7 +130,7 @@ func PrintTables(w io.Writer, rep Report) {
 	default:
 		fmt.Fprintln(w, "Samples timed by the wall clock (`-clock wall`); medians of alternated samples; ratio = distautograd / native (below 1: distautograd is faster).")
 	}
-	for _, level := range []string{"c", "python"} {
+	for _, level := range []string{"c", "python", "torch"} {
 		var rows []Row
 		for _, r := range rep.Rows {
 			if r.Level == level {
@@ -140,8 +140,12 @@ func PrintTables(w io.Writer, rep Report) {
 		if len(rows) == 0 {
 			continue
 		}
-		title := map[string]string{"c": "C level (bench/cxx/harness.cpp)", "python": "Python level (bench/pybench.py, one process per implementation)"}[level]
-		native := map[string]string{"c": "native", "python": "torch"}[level]
+		title := map[string]string{
+			"c":      "C level (bench/cxx/harness.cpp)",
+			"python": "Python level (bench/pybench.py, one process per implementation)",
+			"torch":  "torch level (bench/torchbench.py: torch's own distributed autograd under the backend against torch as built, alternating processes; wall time)",
+		}[level]
+		native := map[string]string{"c": "native", "python": "torch", "torch": "torch as built"}[level]
 		fmt.Fprintf(w, "\n#### %s\n\n", title)
 		fmt.Fprintf(w, "| operation | threads | distautograd ns/op | %s ns/op | ratio |\n", native)
 		fmt.Fprintln(w, "|---|---:|---:|---:|---:|")

@@ -175,15 +175,25 @@ def main():
         rows.append({"level": "torch", "op": name, "threads": 1, "distautograd_ns": round(d, 1),
                      "native_ns": round(n, 1), "ratio": round(d / n, 3)})
         print("| %s | %.1f | %.1f | %.2f |" % (name, d, n, d / n))
+    # build/bench.json is make bench's report (an object with "rows"): the
+    # torch rows replace any earlier ones; the README's results section is
+    # rendered from it (go run ./bench -from build/bench.json -readme README.md).
+    for r in rows:
+        r["label"] = r["op"]
+        r["distautograd_call"] = "torch under the backend (distautograd-torch)"
+        r["native_call"] = "torch as built (its own container)"
     path = os.path.join(BUILD, "bench.json")
     try:
         with open(path) as f:
-            old = [r for r in json.load(f) if r.get("level") != "torch"]
+            report = json.load(f)
     except (OSError, ValueError):
-        old = []
+        report = {}
+    if not isinstance(report, dict):
+        report = {}
+    report["rows"] = [r for r in report.get("rows", []) if r.get("level") != "torch"] + rows
     os.makedirs(BUILD, exist_ok=True)
     with open(path, "w") as f:
-        json.dump(old + rows, f, indent=1)
+        json.dump(report, f, indent=1)
         f.write("\n")
     print("wrote %s" % path)
 
