@@ -16,15 +16,15 @@ import (
 	"distautograd/container"
 )
 
-// The release fan-out of the process-wide container: one container.Cleanup
+// The release fan-out of the process-wide container: one container.FanoutQueue
 // for the life of the process, whose SendFunc calls the host's C function
 // pointer and whose log lines go to the host's log hook (or, without one,
 // warnings and errors to stderr, as the native component logs through glog).
-var cleanup = container.NewCleanup(nil, container.CleanupOptions{})
+var cleanup = container.NewFanoutQueue(nil, container.CleanupOptions{})
 
 func init() {
 	cleanup.SetLog(stderrLog)
-	proc.SetNotifier(cleanup)
+	proc.SetFanout(cleanup)
 }
 
 func stderrLog(level container.LogLevel, msg string) {

@@ -133,13 +133,13 @@ func (s benchContainer) getOrCreate(id int64) (*Context, error) {
 }
 
 // benchSyncMap is the same container on one sync.Map: the same counter, live
-// count, cap check, notifier load and touch, so only the map differs.
+// count, cap check, fanout load and touch, so only the map differs.
 type benchSyncMap struct {
-	m        sync.Map
-	ids      counter
-	live     atomic.Int64
-	maxLive  atomic.Int64
-	notifier atomic.Pointer[notifierBox]
+	m       sync.Map
+	ids     counter
+	live    atomic.Int64
+	maxLive atomic.Int64
+	fanout  atomic.Pointer[fanoutBox]
 }
 
 func newBenchSyncMap() *benchSyncMap {
@@ -184,8 +184,8 @@ func (s *benchSyncMap) release(t *Thread, id int64) bool {
 	if t != nil && t.current == id {
 		t.current = InvalidID
 	}
-	if box := s.notifier.Load(); box != nil {
-		box.n.NotifyRelease(id, v.(*Context).KnownWorkerIDs())
+	if box := s.fanout.Load(); box != nil {
+		box.n.Release(id, v.(*Context).KnownWorkerIDs())
 	}
 	return true
 }

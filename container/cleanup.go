@@ -26,7 +26,7 @@ const (
 	LogError   LogLevel = 3
 )
 
-// CleanupOptions tune a Cleanup; a zero field takes its default.
+// CleanupOptions tune a FanoutQueue; a zero field takes its default.
 type CleanupOptions struct {
 	MaxAttempts    int           // attempts per message, the first included; default 21 (the native 20 retries)
 	InitialBackoff time.Duration // wait before the first retry; default 10ms, doubling
@@ -65,12 +65,12 @@ type CleanupStats struct {
 	Sent    int64 // delivered
 	Retried int64 // attempts after a failed one
 	Failed  int64 // given up on after MaxAttempts
-	Dropped int64 // refused: the queue was full, or the Cleanup closed
+	Dropped int64 // refused: the queue was full, or the FanoutQueue closed
 	Skipped int64 // not sent: no SendFunc was set
 	Pending int64 // queued, being sent, or waiting to be retried
 }
 
-// Cleanup is the release fan-out: a Notifier that delivers one message per
+// FanoutQueue is the release fan-out: a Fanout that delivers one message per
 // known worker through a SendFunc, on its own goroutines, so that a releasing
 // caller never waits for the network (unless its host declared the
 // SendFunc non-blocking: see SetFirstAttemptInline). Failed sends are retried with
@@ -78,7 +78,7 @@ type CleanupStats struct {
 // overflows or finally fails is counted and logged, never returned to the
 // releasing caller (it has nothing to do about it: the best effort of the
 // native component, made observable). Safe for concurrent use.
-type Cleanup struct {
+type FanoutQueue struct {
 	opts atomic.Pointer[CleanupOptions]
 	send atomic.Pointer[senderBox]
 	// sendMu orders "take the sender and count the call" before a swap, so
@@ -120,11 +120,11 @@ type cleanupJob struct {
 	attempt int // attempts made so far
 }
 
-// NewCleanup returns a Cleanup that sends through send (nil: none yet, see
+// NewFanoutQueue returns a FanoutQueue that sends through send (nil: none yet, see
 // SetSender).
-func NewCleanup(send SendFunc, opts CleanupOptions) *Cleanup {
+func NewFanoutQueue(send SendFunc, opts CleanupOptions) *FanoutQueue {
 	opts = opts.withDefaults()
-	c := &Cleanup{
+	c := &FanoutQueue{
 		queue:  make(chan cleanupJob, opts.MaxPending),
 		done:   make(chan struct{}),
 		timers: make(map[*time.Timer]struct{}),
@@ -135,7 +135,7 @@ func NewCleanup(send SendFunc, opts CleanupOptions) *Cleanup {
 }
 
 // Options returns the options in force, defaults filled in.
-func (c *Cleanup) Options() CleanupOptions { return *c.opts.Load() }
+func (c *FanoutQueue) Options() CleanupOptions { return *c.opts.Load() }
 
 // MaxCleanupPending bounds CleanupOptions.MaxPending: the queue is a channel
 // of that capacity, allocated at once, and a size from a typo (or an int64
@@ -144,9 +144,9 @@ const MaxCleanupPending = 1 << 22
 
 // SetOptions changes the options for messages from now on (zero fields take
 // their defaults; Senders cannot change once set). MaxPending may grow past
-// the size the Cleanup was made with only while no message was ever queued,
+// the size the FanoutQueue was made with only while no message was ever queued,
 // as the queue cannot grow under running senders.
-func (c *Cleanup) SetOptions(o CleanupOptions) error {
+func (c *FanoutQueue) SetOptions(o CleanupOptions) error {
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
 	o = o.withDefaults()
@@ -167,12 +167,12 @@ func (c *Cleanup) SetOptions(o CleanupOptions) error {
 // SetSender sets the function that delivers messages (nil: none; releases
 // then send nothing and count Skipped, as the native component does without
 // an RPC agent). It does not wait for calls of the sender it replaces.
-func (c *Cleanup) SetSender(send SendFunc) { c.InstallSender(nil, send, 0) }
+func (c *FanoutQueue) SetSender(send SendFunc) { c.InstallSender(nil, send, 0) }
 
 // SetSenderAndWait is SetSender, returning only once every call of the
 // previous sender has returned, so the host may free what that sender uses.
 // Called from inside a sender it would wait for itself: use SetSender there.
-func (c *Cleanup) SetSenderAndWait(send SendFunc) { c.InstallSender(nil, send, -1) }
+func (c *FanoutQueue) SetSenderAndWait(send SendFunc) { c.InstallSender(nil, send, -1) }
 
 // InstallSender installs send, identified by key, and waits up to wait
 // (negative: without a bound; 0: not at all) for the calls of the sender it
@@ -189,7 +189,7 @@ func (c *Cleanup) SetSenderAndWait(send SendFunc) { c.InstallSender(nil, send, -
 // returned, the last to return is the one in force, and no sender replaced
 // by any of them is running or called again. It returns false if the wait
 // ran out (the new sender is installed; the old one may still be running).
-func (c *Cleanup) InstallSender(key any, send SendFunc, wait time.Duration) bool {
+func (c *FanoutQueue) InstallSender(key any, send SendFunc, wait time.Duration) bool {
 	var b *senderBox
 	if send != nil {
 		b = &senderBox{fn: send, key: key}
@@ -251,7 +251,7 @@ type senderBox struct {
 }
 
 // SetLog sets where log lines go (nil: dropped).
-func (c *Cleanup) SetLog(log LogFunc) {
+func (c *FanoutQueue) SetLog(log LogFunc) {
 	if log == nil {
 		c.log.Store(nil)
 		return
@@ -259,7 +259,7 @@ func (c *Cleanup) SetLog(log LogFunc) {
 	c.log.Store(&log)
 }
 
-func (c *Cleanup) logf(level LogLevel, format string, args ...any) {
+func (c *FanoutQueue) logf(level LogLevel, format string, args ...any) {
 	if l := c.log.Load(); l != nil {
 		(*l)(level, fmt.Sprintf(format, args...))
 	}
@@ -267,22 +267,22 @@ func (c *Cleanup) logf(level LogLevel, format string, args ...any) {
 
 // SetFirstAttemptInline says whether the SendFunc never blocks (it hands the
 // message to an asynchronous RPC layer and returns, as torch's agent does).
-// Then NotifyRelease makes each message's first attempt itself, on the
+// Then Release makes each message's first attempt itself, on the
 // releasing goroutine, and only a failed one goes to the queue, whose
 // goroutines make the retries; else every attempt is theirs. Waking a
 // sender goroutine for each release costs a thread wake-up on the
 // releasing path; a sender that returns at once costs less than that. The
 // counters, the queue bound (a first attempt counts pending while it runs),
 // InstallSender's waits, Flush and Close cover first attempts alike.
-func (c *Cleanup) SetFirstAttemptInline(on bool) { c.inline.Store(on) }
+func (c *FanoutQueue) SetFirstAttemptInline(on bool) { c.inline.Store(on) }
 
 // FirstAttemptInline reports what SetFirstAttemptInline set.
-func (c *Cleanup) FirstAttemptInline() bool { return c.inline.Load() }
+func (c *FanoutQueue) FirstAttemptInline() bool { return c.inline.Load() }
 
-// NotifyRelease queues one message per worker; it never blocks, but for
+// Release queues one message per worker; it never blocks, but for
 // the first attempts it makes itself when they are inline (see
 // SetFirstAttemptInline), which take what the SendFunc takes.
-func (c *Cleanup) NotifyRelease(contextID int64, workers []uint16) {
+func (c *FanoutQueue) Release(contextID int64, workers []uint16) {
 	if c.send.Load() == nil {
 		c.skipped.Add(int64(len(workers)))
 		c.logf(LogDebug, "no cleanup sender set: %d known workers of context %d are not told to release it", len(workers), contextID)
@@ -324,7 +324,7 @@ func (c *Cleanup) NotifyRelease(contextID int64, workers []uint16) {
 
 // reserve counts one message pending for an inline first attempt, or counts
 // it dropped, as admit does for the queue. The caller holds closeMu shared.
-func (c *Cleanup) reserve() bool {
+func (c *FanoutQueue) reserve() bool {
 	if c.pending.Add(1) <= int64(c.Options().MaxPending) && !c.closed {
 		return true
 	}
@@ -335,8 +335,8 @@ func (c *Cleanup) reserve() bool {
 
 // admit counts j as pending and queues it, or counts it as dropped if
 // MaxPending messages are pending already (queued, being sent or awaiting a
-// retry) or the Cleanup is closed. The caller holds closeMu shared.
-func (c *Cleanup) admit(j cleanupJob) bool {
+// retry) or the FanoutQueue is closed. The caller holds closeMu shared.
+func (c *FanoutQueue) admit(j cleanupJob) bool {
 	if c.pending.Add(1) <= int64(c.Options().MaxPending) && !c.closed && c.put(j) {
 		return true
 	}
@@ -348,7 +348,7 @@ func (c *Cleanup) admit(j cleanupJob) bool {
 // put queues j without blocking. Every queued message is counted pending and
 // admit keeps pending at most MaxPending, the queue's capacity, so put fails
 // only if that reasoning is wrong; a failure is then a drop, never a stall.
-func (c *Cleanup) put(j cleanupJob) bool {
+func (c *FanoutQueue) put(j cleanupJob) bool {
 	select {
 	case c.queue <- j:
 		return true
@@ -357,11 +357,11 @@ func (c *Cleanup) put(j cleanupJob) bool {
 	}
 }
 
-func (c *Cleanup) logDropped(contextID int64, worker uint16) {
+func (c *FanoutQueue) logDropped(contextID int64, worker uint16) {
 	c.logf(LogWarning, "cleanup queue full (%d pending) or closed: dropped the release of context %d on worker %d", c.Options().MaxPending, contextID, worker)
 }
 
-func (c *Cleanup) start() {
+func (c *FanoutQueue) start() {
 	c.started.Store(true)
 	n := c.Options().Senders
 	c.wg.Add(n)
@@ -370,7 +370,7 @@ func (c *Cleanup) start() {
 	}
 }
 
-func (c *Cleanup) run() {
+func (c *FanoutQueue) run() {
 	defer c.wg.Done()
 	for {
 		select {
@@ -387,7 +387,7 @@ func (c *Cleanup) run() {
 	}
 }
 
-func (c *Cleanup) deliver(j cleanupJob) {
+func (c *FanoutQueue) deliver(j cleanupJob) {
 	j.attempt++
 	err := errors.New("no cleanup sender set")
 	c.sendMu.RLock()
@@ -426,7 +426,7 @@ func callSend(send SendFunc, w uint16, id int64) (err error) {
 	return send(w, id)
 }
 
-func (c *Cleanup) backoff(attempt int) time.Duration {
+func (c *FanoutQueue) backoff(attempt int) time.Duration {
 	d := c.Options().InitialBackoff
 	for i := 1; i < attempt && d < c.Options().MaxBackoff; i++ {
 		d *= 2
@@ -436,7 +436,7 @@ func (c *Cleanup) backoff(attempt int) time.Duration {
 
 // retryLater puts j back on the queue after its backoff; it stays pending
 // meanwhile, so the queue bound covers it too.
-func (c *Cleanup) retryLater(j cleanupJob) {
+func (c *FanoutQueue) retryLater(j cleanupJob) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -467,7 +467,7 @@ func (c *Cleanup) retryLater(j cleanupJob) {
 }
 
 // Stats returns the counters.
-func (c *Cleanup) Stats() CleanupStats {
+func (c *FanoutQueue) Stats() CleanupStats {
 	return CleanupStats{
 		Sent:    c.sent.Load(),
 		Retried: c.retried.Load(),
@@ -480,7 +480,7 @@ func (c *Cleanup) Stats() CleanupStats {
 
 // Flush waits until nothing is pending or timeout passes, and returns what is
 // still pending.
-func (c *Cleanup) Flush(timeout time.Duration) int64 {
+func (c *FanoutQueue) Flush(timeout time.Duration) int64 {
 	deadline := time.Now().Add(timeout)
 	for {
 		p := c.pending.Load()
@@ -493,8 +493,8 @@ func (c *Cleanup) Flush(timeout time.Duration) int64 {
 
 // Close stops the senders and retry timers; what is still pending counts as
 // dropped. Releases after Close count as dropped too. Close is for tests and
-// simulations; the C ABI's Cleanup lives as long as the process.
-func (c *Cleanup) Close() {
+// simulations; the C ABI's FanoutQueue lives as long as the process.
+func (c *FanoutQueue) Close() {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -32,8 +32,8 @@ func goroutineID() int64 {
 	return id
 }
 
-// newInlineCleanup returns a Cleanup with inline first attempts.
-func newInlineCleanup(t *testing.T, send SendFunc, opts CleanupOptions, l *logRecorder) *Cleanup {
+// newInlineCleanup returns a FanoutQueue with inline first attempts.
+func newInlineCleanup(t *testing.T, send SendFunc, opts CleanupOptions, l *logRecorder) *FanoutQueue {
 	t.Helper()
 	c := newTestCleanup(t, send, opts, l)
 	c.SetFirstAttemptInline(true)
@@ -50,9 +50,9 @@ func TestCleanupInlineFirstAttemptIsTheCallers(t *testing.T) {
 		on = append(on, goroutineID()) // no lock: only the caller's goroutine may be here
 		return nil
 	}
-	c.NotifyRelease(7, []uint16{2, 3})
+	c.Release(7, []uint16{2, 3})
 	assert.Equal(t, []int64{caller, caller}, on)
-	// Delivered before NotifyRelease returned: no flush, no wait.
+	// Delivered before Release returned: no flush, no wait.
 	assert.Equal(t, []sentMsg{{2, 7}, {3, 7}}, r.messages())
 	assert.Equal(t, CleanupStats{Sent: 2}, c.Stats())
 	assert.False(t, c.started.Load(), "no sender goroutine starts while every first attempt succeeds")
@@ -72,7 +72,7 @@ func TestCleanupInlineFailureIsRetriedByTheQueue(t *testing.T) {
 	}
 	var l logRecorder
 	c := newInlineCleanup(t, r.send, CleanupOptions{InitialBackoff: time.Millisecond}, &l)
-	c.NotifyRelease(7, []uint16{2})
+	c.Release(7, []uint16{2})
 	// The first attempt failed on this goroutine; it stays pending for its retry.
 	assert.Equal(t, []sentMsg{{2, 7}}, r.messages())
 	assert.Equal(t, int64(1), c.Stats().Retried)
@@ -90,7 +90,7 @@ func TestCleanupInlineGivesUpAfterMaxAttempts(t *testing.T) {
 	r.fail = func(sentMsg, int) error { return errors.New("dead peer") }
 	var l logRecorder
 	c := newInlineCleanup(t, r.send, fastRetryOptions, &l)
-	c.NotifyRelease(9, []uint16{4, 5})
+	c.Release(9, []uint16{4, 5})
 	s := flushCleanup(t, c)
 	assert.Equal(t, CleanupStats{Failed: 2, Retried: 2 * int64(fastRetryOptions.MaxAttempts-1)}, s)
 	assert.Len(t, r.messages(), 2*fastRetryOptions.MaxAttempts)
@@ -98,14 +98,14 @@ func TestCleanupInlineGivesUpAfterMaxAttempts(t *testing.T) {
 
 	// One attempt in all: the inline one fails for good, counted at once.
 	c2 := newInlineCleanup(t, r.send, CleanupOptions{MaxAttempts: 1}, nil)
-	c2.NotifyRelease(10, []uint16{4})
+	c2.Release(10, []uint16{4})
 	assert.Equal(t, CleanupStats{Failed: 1}, c2.Stats())
 }
 
 func TestCleanupInlineAttemptCountsPendingAndTheBound(t *testing.T) {
 	// While a first attempt runs its message is pending, and counts against
 	// MaxPending: a release inside the sender that would pass it drops.
-	var c *Cleanup
+	var c *FanoutQueue
 	var seen []CleanupStats
 	var mu sync.Mutex
 	send := func(worker uint16, id int64) error {
@@ -113,13 +113,13 @@ func TestCleanupInlineAttemptCountsPendingAndTheBound(t *testing.T) {
 		seen = append(seen, c.Stats())
 		mu.Unlock()
 		if id == 1 {
-			c.NotifyRelease(2, []uint16{worker}) // from inside: over the bound
+			c.Release(2, []uint16{worker}) // from inside: over the bound
 		}
 		return nil
 	}
 	var l logRecorder
 	c = newInlineCleanup(t, send, CleanupOptions{MaxPending: 1}, &l)
-	c.NotifyRelease(1, []uint16{3})
+	c.Release(1, []uint16{3})
 	assert.Equal(t, []CleanupStats{{Pending: 1}}, seen)
 	assert.Equal(t, CleanupStats{Sent: 1, Dropped: 1}, c.Stats())
 	assert.Len(t, l.find(LogWarning, "dropped the release of context 2 on worker 3"), 1)
@@ -127,7 +127,7 @@ func TestCleanupInlineAttemptCountsPendingAndTheBound(t *testing.T) {
 
 func TestCleanupInlineWithoutSenderSkips(t *testing.T) {
 	c := newInlineCleanup(t, nil, CleanupOptions{}, nil)
-	c.NotifyRelease(1, []uint16{2, 3})
+	c.Release(1, []uint16{2, 3})
 	assert.Equal(t, CleanupStats{Skipped: 2}, c.Stats())
 }
 
@@ -144,7 +144,7 @@ func TestCleanupInlineSetSenderAndWaitWaitsForIt(t *testing.T) {
 	notified := make(chan struct{})
 	go func() {
 		defer close(notified)
-		c.NotifyRelease(1, []uint16{2})
+		c.Release(1, []uint16{2})
 	}()
 	<-entered
 	installed := make(chan struct{})
@@ -177,12 +177,12 @@ func TestCleanupInlineCloseWaitsAndAccounts(t *testing.T) {
 			}
 			return nil
 		}
-		c := NewCleanup(send, CleanupOptions{InitialBackoff: time.Hour})
+		c := NewFanoutQueue(send, CleanupOptions{InitialBackoff: time.Hour})
 		c.SetFirstAttemptInline(true)
 		notified := make(chan struct{})
 		go func() {
 			defer close(notified)
-			c.NotifyRelease(1, []uint16{2})
+			c.Release(1, []uint16{2})
 		}()
 		<-entered
 		closed := make(chan struct{})
@@ -212,7 +212,7 @@ func TestCleanupInlineCloseWaitsAndAccounts(t *testing.T) {
 			assert.Equal(t, int64(1), s.Sent)
 		}
 		// After Close, releases count dropped and call nothing.
-		c.NotifyRelease(3, []uint16{4})
+		c.Release(3, []uint16{4})
 		assert.Equal(t, s.Dropped+1, c.Stats().Dropped)
 	}
 }
@@ -239,7 +239,7 @@ func TestCleanupInlineConcurrentAccounting(t *testing.T) {
 				if g == 0 && i%50 == 0 {
 					c.SetFirstAttemptInline(i%100 == 0)
 				}
-				c.NotifyRelease(int64(g*each+i), []uint16{1, 2})
+				c.Release(int64(g*each+i), []uint16{1, 2})
 			}
 		}()
 	}

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// Tests of Cleanup on its own: delivery, retries, failures, the queue bound,
+// Tests of FanoutQueue on its own: delivery, retries, failures, the queue bound,
 // Flush and Close. Its wiring into a Container is in fanout_test.go.
 
 // fanoutWait is how long a test waits for something that should happen at once;
@@ -100,10 +100,10 @@ func (l *logRecorder) find(level LogLevel, substr string) []string {
 	return out
 }
 
-// newTestCleanup returns a Cleanup logging into l, closed when the test ends.
-func newTestCleanup(t *testing.T, send SendFunc, opts CleanupOptions, l *logRecorder) *Cleanup {
+// newTestCleanup returns a FanoutQueue logging into l, closed when the test ends.
+func newTestCleanup(t *testing.T, send SendFunc, opts CleanupOptions, l *logRecorder) *FanoutQueue {
 	t.Helper()
-	c := NewCleanup(send, opts)
+	c := NewFanoutQueue(send, opts)
 	if l != nil {
 		c.SetLog(l.log)
 	}
@@ -112,13 +112,13 @@ func newTestCleanup(t *testing.T, send SendFunc, opts CleanupOptions, l *logReco
 }
 
 // waitCleanupStats waits until cond holds for c's counters.
-func waitCleanupStats(t *testing.T, c *Cleanup, cond func(CleanupStats) bool, what string) {
+func waitCleanupStats(t *testing.T, c *FanoutQueue, cond func(CleanupStats) bool, what string) {
 	t.Helper()
 	require.Eventuallyf(t, func() bool { return cond(c.Stats()) }, fanoutWait, fanoutPoll, "%s; stats: %+v", what, c.Stats())
 }
 
 // flushCleanup waits until c has nothing pending and returns its counters.
-func flushCleanup(t *testing.T, c *Cleanup) CleanupStats {
+func flushCleanup(t *testing.T, c *FanoutQueue) CleanupStats {
 	t.Helper()
 	require.Zero(t, c.Flush(fanoutWait), "cleanup messages still pending")
 	return c.Stats()
@@ -137,7 +137,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestCleanupOptionsDefaults(t *testing.T) {
-	c := NewCleanup(nil, CleanupOptions{})
+	c := NewFanoutQueue(nil, CleanupOptions{})
 	defer c.Close()
 	assert.Equal(t, CleanupOptions{
 		MaxAttempts:    DefaultCleanupAttempts,
@@ -149,7 +149,7 @@ func TestCleanupOptionsDefaults(t *testing.T) {
 	assert.Equal(t, 21, DefaultCleanupAttempts, "the native component retries 20 times after the first attempt")
 
 	// A MaxBackoff below InitialBackoff is raised to it; negatives are defaults.
-	c2 := NewCleanup(nil, CleanupOptions{MaxAttempts: -1, InitialBackoff: time.Second, MaxBackoff: time.Millisecond, MaxPending: -5, Senders: -2})
+	c2 := NewFanoutQueue(nil, CleanupOptions{MaxAttempts: -1, InitialBackoff: time.Second, MaxBackoff: time.Millisecond, MaxPending: -5, Senders: -2})
 	defer c2.Close()
 	o := c2.Options()
 	assert.Equal(t, DefaultCleanupAttempts, o.MaxAttempts)
@@ -160,7 +160,7 @@ func TestCleanupOptionsDefaults(t *testing.T) {
 }
 
 func TestCleanupBackoffDoublesUpToMax(t *testing.T) {
-	c := NewCleanup(nil, CleanupOptions{InitialBackoff: 10 * time.Millisecond, MaxBackoff: 70 * time.Millisecond})
+	c := NewFanoutQueue(nil, CleanupOptions{InitialBackoff: 10 * time.Millisecond, MaxBackoff: 70 * time.Millisecond})
 	defer c.Close()
 	var got []time.Duration
 	for attempt := 1; attempt <= 6; attempt++ {
@@ -175,9 +175,9 @@ func TestCleanupBackoffDoublesUpToMax(t *testing.T) {
 func TestCleanupSendsOneMessagePerWorker(t *testing.T) {
 	var r sendRecorder
 	c := newTestCleanup(t, r.send, CleanupOptions{}, nil)
-	c.NotifyRelease(42, []uint16{1, 2, 65535})
-	c.NotifyRelease(43, []uint16{2})
-	c.NotifyRelease(44, nil) // nothing to tell
+	c.Release(42, []uint16{1, 2, 65535})
+	c.Release(43, []uint16{2})
+	c.Release(44, nil) // nothing to tell
 	s := flushCleanup(t, c)
 	assert.ElementsMatch(t, []sentMsg{{1, 42}, {2, 42}, {65535, 42}, {2, 43}}, r.messages())
 	assert.Equal(t, CleanupStats{Sent: 4}, s)
@@ -192,7 +192,7 @@ func TestCleanupRetriesWithBackoffThenSucceeds(t *testing.T) {
 	}}
 	opts := CleanupOptions{MaxAttempts: 5, InitialBackoff: 5 * time.Millisecond, MaxBackoff: time.Second}
 	c := newTestCleanup(t, r.send, opts, nil)
-	c.NotifyRelease(7, []uint16{3})
+	c.Release(7, []uint16{3})
 	s := flushCleanup(t, c)
 	assert.Equal(t, CleanupStats{Sent: 1, Retried: 2}, s)
 	assert.Equal(t, []sentMsg{{3, 7}, {3, 7}, {3, 7}}, r.messages())
@@ -207,7 +207,7 @@ func TestCleanupGivesUpAfterMaxAttempts(t *testing.T) {
 	r := sendRecorder{fail: func(sentMsg, int) error { return errors.New("connection refused") }}
 	var l logRecorder
 	c := newTestCleanup(t, r.send, fastRetryOptions, &l)
-	c.NotifyRelease(99, []uint16{7, 8})
+	c.Release(99, []uint16{7, 8})
 	s := flushCleanup(t, c)
 	assert.Equal(t, CleanupStats{Failed: 2, Retried: 2 * 3}, s)
 	assert.Len(t, r.messages(), 2*fastRetryOptions.MaxAttempts, "every attempt calls the sender")
@@ -225,7 +225,7 @@ func TestCleanupPanickingSenderIsAFailedAttempt(t *testing.T) {
 	r := sendRecorder{fail: func(sentMsg, int) error { panic("boom") }}
 	var l logRecorder
 	c := newTestCleanup(t, r.send, CleanupOptions{MaxAttempts: 2, InitialBackoff: time.Millisecond}, &l)
-	c.NotifyRelease(5, []uint16{1})
+	c.Release(5, []uint16{1})
 	s := flushCleanup(t, c)
 	assert.Equal(t, CleanupStats{Failed: 1, Retried: 1}, s)
 	lines := l.find(LogError, "Could not release Dist Autograd Context on node 1: ")
@@ -235,7 +235,7 @@ func TestCleanupPanickingSenderIsAFailedAttempt(t *testing.T) {
 	// The senders survived the panics: a working sender now delivers.
 	var ok sendRecorder
 	c.SetSender(ok.send)
-	c.NotifyRelease(6, []uint16{2})
+	c.Release(6, []uint16{2})
 	assert.Equal(t, int64(1), flushCleanup(t, c).Sent)
 	assert.Equal(t, []sentMsg{{2, 6}}, ok.messages())
 }
@@ -243,17 +243,17 @@ func TestCleanupPanickingSenderIsAFailedAttempt(t *testing.T) {
 func TestCleanupWithoutSenderSkips(t *testing.T) {
 	var l logRecorder
 	c := newTestCleanup(t, nil, CleanupOptions{}, &l)
-	c.NotifyRelease(1, []uint16{1, 2, 3})
+	c.Release(1, []uint16{1, 2, 3})
 	assert.Equal(t, CleanupStats{Skipped: 3}, c.Stats())
 	assert.Len(t, l.find(LogDebug, "no cleanup sender set"), 1)
 
 	// A sender set later serves later releases; unset again, they skip.
 	var r sendRecorder
 	c.SetSender(r.send)
-	c.NotifyRelease(2, []uint16{4})
+	c.Release(2, []uint16{4})
 	assert.Equal(t, CleanupStats{Sent: 1, Skipped: 3}, flushCleanup(t, c))
 	c.SetSender(nil)
-	c.NotifyRelease(3, []uint16{5})
+	c.Release(3, []uint16{5})
 	assert.Equal(t, CleanupStats{Sent: 1, Skipped: 4}, flushCleanup(t, c))
 	assert.Equal(t, []sentMsg{{4, 2}}, r.messages())
 }
@@ -264,7 +264,7 @@ func TestCleanupSenderUnsetWhileRetrying(t *testing.T) {
 	r := sendRecorder{fail: func(sentMsg, int) error { return errors.New("unreachable") }}
 	var l logRecorder
 	c := newTestCleanup(t, r.send, fastRetryOptions, &l)
-	c.NotifyRelease(1, []uint16{9})
+	c.Release(1, []uint16{9})
 	waitCleanupStats(t, c, func(s CleanupStats) bool { return s.Retried >= 1 }, "first attempt failed")
 	c.SetSender(nil)
 	s := flushCleanup(t, c)
@@ -301,13 +301,13 @@ func TestCleanupBlockedSenderDoesNotBlockNotify(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range n {
-			c.NotifyRelease(int64(i), []uint16{1})
+			c.Release(int64(i), []uint16{1})
 		}
 	}()
 	select {
 	case <-done:
 	case <-time.After(fanoutWait):
-		t.Fatal("NotifyRelease blocked behind a stuck sender")
+		t.Fatal("Release blocked behind a stuck sender")
 	}
 	require.Eventually(t, func() bool { return g.inside.Load() == 2 }, fanoutWait, fanoutPoll, "both senders stuck")
 
@@ -348,7 +348,7 @@ func TestCleanupQueueBoundCoversRetries(t *testing.T) {
 	c := newTestCleanup(t, r.send, opts, nil)
 	const n = 20
 	for i := range n {
-		c.NotifyRelease(int64(i), []uint16{1})
+		c.Release(int64(i), []uint16{1})
 		// Wait for this message to fail its first attempt (or be refused),
 		// so that it waits on a retry timer rather than in the queue.
 		waitCleanupStats(t, c, func(s CleanupStats) bool { return s.Retried+s.Dropped == int64(i+1) }, "message handled")
@@ -365,7 +365,7 @@ func TestCleanupFlush(t *testing.T) {
 	t.Cleanup(func() { openGate(g.open) })
 	assert.Zero(t, c.Flush(0), "nothing pending: Flush returns at once")
 
-	c.NotifyRelease(1, []uint16{1, 2, 3})
+	c.Release(1, []uint16{1, 2, 3})
 	// The sender is stuck, so a short Flush times out and says what is left.
 	assert.Equal(t, int64(3), c.Flush(20*time.Millisecond))
 	openGate(g.open)
@@ -378,9 +378,9 @@ func TestCleanupCloseDropsPendingAndStopsGoroutines(t *testing.T) {
 	r := sendRecorder{fail: func(sentMsg, int) error { return errors.New("down") }}
 	var l logRecorder
 	// Retries wait an hour, so everything stays pending until Close.
-	c := NewCleanup(r.send, CleanupOptions{InitialBackoff: time.Hour, Senders: 3})
+	c := NewFanoutQueue(r.send, CleanupOptions{InitialBackoff: time.Hour, Senders: 3})
 	c.SetLog(l.log)
-	c.NotifyRelease(1, []uint16{1, 2, 3, 4, 5})
+	c.Release(1, []uint16{1, 2, 3, 4, 5})
 	waitCleanupStats(t, c, func(s CleanupStats) bool { return s.Retried == 5 }, "every first attempt failed")
 	require.Equal(t, int64(5), c.Stats().Pending)
 
@@ -389,7 +389,7 @@ func TestCleanupCloseDropsPendingAndStopsGoroutines(t *testing.T) {
 	assert.Equal(t, CleanupStats{Retried: 5, Dropped: 5}, s, "Close drops what waits for a retry")
 
 	// After Close nothing is sent; releases count as dropped and are logged.
-	c.NotifyRelease(2, []uint16{6, 7})
+	c.Release(2, []uint16{6, 7})
 	s = c.Stats()
 	assert.Equal(t, int64(7), s.Dropped)
 	assert.Zero(t, s.Pending)
@@ -403,8 +403,8 @@ func TestCleanupCloseDropsQueued(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	// One sender, stuck on the first message; the others wait in the queue.
 	g := newSendGate()
-	c := NewCleanup(g.send, CleanupOptions{Senders: 1})
-	c.NotifyRelease(1, []uint16{1, 2, 3, 4})
+	c := NewFanoutQueue(g.send, CleanupOptions{Senders: 1})
+	c.Release(1, []uint16{1, 2, 3, 4})
 	require.Eventually(t, func() bool { return g.inside.Load() == 1 }, fanoutWait, fanoutPoll)
 	closed := make(chan struct{})
 	go func() { c.Close(); close(closed) }()
@@ -426,9 +426,9 @@ func TestCleanupCloseDropsQueued(t *testing.T) {
 
 func TestCleanupNeverUsedStartsNothing(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	// The senders start on the first message, so an idle Cleanup (every
+	// The senders start on the first message, so an idle FanoutQueue (every
 	// process that never sets a sender) costs no goroutines.
-	c := NewCleanup(func(uint16, int64) error { return nil }, CleanupOptions{Senders: 8})
+	c := NewFanoutQueue(func(uint16, int64) error { return nil }, CleanupOptions{Senders: 8})
 	require.NoError(t, goleak.Find(goleak.IgnoreCurrent()))
 	c.Close()
 }
@@ -444,13 +444,13 @@ func TestCleanupCloseWhileNotifying(t *testing.T) {
 			}
 			return nil
 		}
-		c := NewCleanup(send, CleanupOptions{InitialBackoff: time.Microsecond, MaxBackoff: 10 * time.Microsecond, MaxPending: 64})
+		c := NewFanoutQueue(send, CleanupOptions{InitialBackoff: time.Microsecond, MaxBackoff: 10 * time.Microsecond, MaxPending: 64})
 		const goroutines, each = 4, 200
 		var wg sync.WaitGroup
 		for g := range goroutines {
 			wg.Go(func() {
 				for i := range each {
-					c.NotifyRelease(int64(g*each+i), []uint16{1, 2})
+					c.Release(int64(g*each+i), []uint16{1, 2})
 				}
 			})
 		}
@@ -477,7 +477,7 @@ func TestCleanupConcurrentAccounting(t *testing.T) {
 	for g := range goroutines {
 		wg.Go(func() {
 			for i := range each {
-				c.NotifyRelease(int64(g*each+i), []uint16{uint16(i), uint16(i + 1)})
+				c.Release(int64(g*each+i), []uint16{uint16(i), uint16(i + 1)})
 			}
 		})
 	}
@@ -494,7 +494,7 @@ func TestCleanupSetOptions(t *testing.T) {
 	// Before the first message the queue may still grow.
 	require.NoError(t, c.SetOptions(CleanupOptions{MaxAttempts: 2, InitialBackoff: time.Microsecond, MaxPending: 16}))
 	assert.Equal(t, 16, c.Options().MaxPending)
-	c.NotifyRelease(1, []uint16{1})
+	c.Release(1, []uint16{1})
 	assert.Equal(t, CleanupStats{Retried: 1, Failed: 1}, flushCleanup(t, c), "the new MaxAttempts applies")
 	// Once senders run, it may shrink or stay, not grow.
 	err := c.SetOptions(CleanupOptions{MaxPending: 17})
@@ -502,14 +502,14 @@ func TestCleanupSetOptions(t *testing.T) {
 	assert.Equal(t, ErrInvalidArgument, CodeOf(err))
 	assert.Contains(t, err.Error(), "max_pending cannot grow past 16")
 	require.NoError(t, c.SetOptions(CleanupOptions{MaxAttempts: 1, InitialBackoff: time.Microsecond, MaxPending: 4}))
-	c.NotifyRelease(2, []uint16{1})
+	c.Release(2, []uint16{1})
 	assert.Equal(t, CleanupStats{Retried: 1, Failed: 2}, flushCleanup(t, c), "changed options apply to later messages")
 }
 
 func TestCleanupSetLogNil(t *testing.T) {
 	c := newTestCleanup(t, func(uint16, int64) error { return errors.New("x") }, CleanupOptions{MaxAttempts: 1}, nil)
 	c.SetLog(nil) // log lines are dropped, not a nil call
-	c.NotifyRelease(1, []uint16{1})
+	c.Release(1, []uint16{1})
 	assert.Equal(t, int64(1), flushCleanup(t, c).Failed)
 }
 
@@ -520,7 +520,7 @@ func TestCleanupSetSenderAndWaitWaitsForCallsInProgress(t *testing.T) {
 		<-release
 		return nil
 	}, CleanupOptions{}, nil)
-	c.NotifyRelease(1, []uint16{1})
+	c.Release(1, []uint16{1})
 	<-entered
 	swapped := make(chan struct{})
 	go func() {
@@ -564,7 +564,7 @@ func TestCleanupInstallSenderRacesAreLinearizable(t *testing.T) {
 				returned[i] = order.Add(1)
 			}()
 		}
-		c.NotifyRelease(int64(round), []uint16{1, 2}) // calls in flight while they swap
+		c.Release(int64(round), []uint16{1, 2}) // calls in flight while they swap
 		wg.Wait()
 		last := 0
 		for i := range 3 {
@@ -583,7 +583,7 @@ func TestCleanupInstallSenderRacesAreLinearizable(t *testing.T) {
 			continue
 		}
 		require.True(t, c.InstallSender(key{last}, senders[last], -1))
-		c.NotifyRelease(int64(round), []uint16{3})
+		c.Release(int64(round), []uint16{3})
 		require.Zero(t, c.Flush(time.Minute))
 		for i := range 2 {
 			if i != last {
@@ -603,7 +603,7 @@ func TestCleanupInstallSenderTimeout(t *testing.T) {
 		<-release
 		return nil
 	}, CleanupOptions{}, nil)
-	c.NotifyRelease(1, []uint16{1})
+	c.Release(1, []uint16{1})
 	<-entered
 	require.False(t, c.InstallSender("other", nil, 10*time.Millisecond))
 	require.Nil(t, c.send.Load())

@@ -19,7 +19,7 @@ import (
 // creating contexts do not contend). C reads the same index without locks.
 //
 // Locking: a method takes at most one shard lock at a time and never calls
-// out (to a Notifier, to a host's drop function) while holding it; a
+// out (to a Fanout, to a host's drop function) while holding it; a
 // context's own lock may be taken under a shard lock (to detach a dying
 // record), never the other way round.
 type Container struct {
@@ -34,23 +34,23 @@ type Container struct {
 	recs      recordTable
 	view      *View
 
-	live     atomic.Int64 // contexts stored now
-	maxLive  atomic.Int64 // cap on live contexts; 0: none
-	refused  atomic.Int64 // contexts refused by the cap
-	notifier atomic.Pointer[notifierBox]
-	dropper  atomic.Pointer[HostDropFunc]
+	live    atomic.Int64 // contexts stored now
+	maxLive atomic.Int64 // cap on live contexts; 0: none
+	refused atomic.Int64 // contexts refused by the cap
+	fanout  atomic.Pointer[fanoutBox]
+	dropper atomic.Pointer[HostDropFunc]
 
 	shardCount int // as asked for (WithShards), before rounding
 }
 
-// Notifier is told, outside every lock, which known workers of a released
-// context must release their copies. It must not block: see Cleanup for the
+// Fanout is told, outside every lock, which known workers of a released
+// context must release their copies. It must not block: see FanoutQueue for the
 // queueing, retrying implementation.
-type Notifier interface {
-	NotifyRelease(contextID int64, workers []uint16)
+type Fanout interface {
+	Release(contextID int64, workers []uint16)
 }
 
-type notifierBox struct{ n Notifier }
+type fanoutBox struct{ n Fanout }
 
 // HostDropFunc calls a host's drop function on its value (SetHostValue);
 // the C ABI sets one that calls the C function pointer.
@@ -173,13 +173,13 @@ func (c *Container) SetHostDrop(f HostDropFunc) {
 	c.dropper.Store(&f)
 }
 
-// SetNotifier sets who is told about releases (nil: nobody).
-func (c *Container) SetNotifier(n Notifier) {
+// SetFanout sets who is told about releases (nil: nobody).
+func (c *Container) SetFanout(n Fanout) {
 	if n == nil {
-		c.notifier.Store(nil)
+		c.fanout.Store(nil)
 		return
 	}
-	c.notifier.Store(&notifierBox{n})
+	c.fanout.Store(&fanoutBox{n})
 }
 
 // reserve counts one more live context, or fails past the cap.
@@ -368,7 +368,7 @@ func (c *Container) CurrentContextHandle(t *Thread) (uint64, error) {
 
 // ReleaseContext removes the context stored under id (ErrNotFound if none),
 // resets t's current id if it is id (t may be nil: no thread), and tells the
-// Notifier about its known workers. Other threads keep their stale ids.
+// Fanout about its known workers. Other threads keep their stale ids.
 func (c *Container) ReleaseContext(t *Thread, id int64) error {
 	if !c.ReleaseContextIfPresent(t, id) {
 		return errNotFound(id)
@@ -402,12 +402,12 @@ func (c *Container) ReleaseContextIfPresent(t *Thread, id int64) bool {
 }
 
 func (c *Container) notify(ctx *Context) {
-	box := c.notifier.Load()
+	box := c.fanout.Load()
 	if box == nil {
 		return
 	}
 	if workers := ctx.KnownWorkerIDs(); len(workers) > 0 {
-		box.n.NotifyRelease(ctx.id, workers)
+		box.n.Release(ctx.id, workers)
 	}
 }
 

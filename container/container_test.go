@@ -367,16 +367,16 @@ func TestShardCountDoesNotChangeBehaviour(t *testing.T) {
 	}
 }
 
-// recorder is a Notifier that remembers what it was told.
+// recorder is a Fanout that remembers what it was told.
 type recorder struct {
 	mu    sync.Mutex
 	calls map[int64][]uint16
-	// during, if set, runs inside NotifyRelease: the container must hold
+	// during, if set, runs inside Release: the container must hold
 	// no lock then.
 	during func(id int64)
 }
 
-func (r *recorder) NotifyRelease(id int64, workers []uint16) {
+func (r *recorder) Release(id int64, workers []uint16) {
 	r.mu.Lock()
 	if r.calls == nil {
 		r.calls = map[int64][]uint16{}
@@ -392,11 +392,11 @@ func TestReleaseNotifiesKnownWorkers(t *testing.T) {
 	c := newContainer(t, container.WithShards(1)) // one shard: any lock held would be hit
 	rec := &recorder{}
 	rec.during = func(id int64) {
-		// Calling back into the container from the notifier must not deadlock.
+		// Calling back into the container from the fanout must not deadlock.
 		_, _ = c.GetOrCreateContext(container.FirstID(9))
 		c.ReleaseContextIfPresent(nil, container.FirstID(9))
 	}
-	c.SetNotifier(rec)
+	c.SetFanout(rec)
 	th := container.NewThread()
 
 	ctx, err := c.NewContext(th)
@@ -429,7 +429,7 @@ func TestReleaseNotifiesKnownWorkers(t *testing.T) {
 	}, rec.calls)
 
 	// nil: nobody is told.
-	c.SetNotifier(nil)
+	c.SetFanout(nil)
 	again, err := c.GetOrCreateContext(first3 + 50)
 	require.NoError(t, err)
 	again.AddKnownWorkerID(8)

@@ -13,16 +13,16 @@ import (
 
 // Tests of the release fan-out as wired into a Container: which releases
 // notify whom, that the container calls out with no lock held, and that a
-// Cleanup as its Notifier keeps releasing fast whatever the peers do.
+// FanoutQueue as its Fanout keeps releasing fast whatever the peers do.
 
-// newFanoutContainer returns a container for worker whose Notifier is a
-// Cleanup sending through send.
-func newFanoutContainer(t *testing.T, worker int64, send SendFunc, opts CleanupOptions, l *logRecorder, copts ...Option) (*Container, *Cleanup) {
+// newFanoutContainer returns a container for worker whose Fanout is a
+// FanoutQueue sending through send.
+func newFanoutContainer(t *testing.T, worker int64, send SendFunc, opts CleanupOptions, l *logRecorder, copts ...Option) (*Container, *FanoutQueue) {
 	t.Helper()
 	c, err := New(worker, copts...)
 	require.NoError(t, err)
 	cl := newTestCleanup(t, send, opts, l)
-	c.SetNotifier(cl)
+	c.SetFanout(cl)
 	return c, cl
 }
 
@@ -100,9 +100,9 @@ func TestReleaseWithoutNotifierOrSender(t *testing.T) {
 	ctx, err := c.NewContext(th)
 	require.NoError(t, err)
 	addWorkers(ctx, 2)
-	require.NoError(t, c.ReleaseContext(th, ctx.ID()), "no notifier: release still works")
+	require.NoError(t, c.ReleaseContext(th, ctx.ID()), "no fanout: release still works")
 
-	// A Cleanup with no sender counts what it could not tell.
+	// A FanoutQueue with no sender counts what it could not tell.
 	c2, cl := newFanoutContainer(t, 2, nil, CleanupOptions{}, nil)
 	ctx, err = c2.NewContext(th)
 	require.NoError(t, err)
@@ -110,8 +110,8 @@ func TestReleaseWithoutNotifierOrSender(t *testing.T) {
 	require.NoError(t, c2.ReleaseContext(th, ctx.ID()))
 	assert.Equal(t, CleanupStats{Skipped: 2}, cl.Stats())
 
-	// SetNotifier(nil) unplugs it.
-	c2.SetNotifier(nil)
+	// SetFanout(nil) unplugs it.
+	c2.SetFanout(nil)
 	ctx, err = c2.NewContext(th)
 	require.NoError(t, err)
 	addWorkers(ctx, 1)
@@ -119,7 +119,7 @@ func TestReleaseWithoutNotifierOrSender(t *testing.T) {
 	assert.Equal(t, CleanupStats{Skipped: 2}, cl.Stats())
 }
 
-// reentrantNotifier is a synchronous Notifier that calls back into its
+// reentrantNotifier is a synchronous Fanout that calls back into its
 // container on the releasing goroutine. Were the container to notify while
 // holding a shard lock (one shard: every id shares it), these calls would
 // deadlock: sync.RWMutex is not reentrant.
@@ -131,7 +131,7 @@ type reentrantNotifier struct {
 	scratch  atomic.Int64
 }
 
-func (n *reentrantNotifier) NotifyRelease(id int64, workers []uint16) {
+func (n *reentrantNotifier) Release(id int64, workers []uint16) {
 	c := n.c
 	if c.IsValidContext(id) == nil {
 		n.mu.Lock()
@@ -156,7 +156,7 @@ func TestContainerNotifiesOutsideItsLocks(t *testing.T) {
 	c, err := New(1, WithShards(1))
 	require.NoError(t, err)
 	n := &reentrantNotifier{c: c, notified: map[int64][]uint16{}}
-	c.SetNotifier(n)
+	c.SetFanout(n)
 	th := NewThread()
 
 	newCtx := func(ws ...uint16) int64 {
@@ -199,11 +199,11 @@ func TestContainerNotifiesOutsideItsLocks(t *testing.T) {
 }
 
 func TestCleanupSenderCallsBackIntoContainer(t *testing.T) {
-	// The sender runs on a Cleanup goroutine and may call anything on the
+	// The sender runs on a FanoutQueue goroutine and may call anything on the
 	// container, releases included (a host that delivers a cleanup to
 	// itself); a chain of releases made from inside senders completes.
 	var c *Container
-	var cl *Cleanup
+	var cl *FanoutQueue
 	var calls atomic.Int64
 	send := func(worker uint16, id int64) error {
 		calls.Add(1)
@@ -235,13 +235,13 @@ func TestCleanupSenderCallsBackIntoContainer(t *testing.T) {
 // receiving worker calls ReleaseContextIfPresent, as a host's RPC handler does.
 type peers struct {
 	cs    map[uint16]*Container
-	cls   map[uint16]*Cleanup
+	cls   map[uint16]*FanoutQueue
 	dup   atomic.Bool // deliver every message twice
 	calls atomic.Int64
 }
 
 func newPeers(t *testing.T, workers ...uint16) *peers {
-	p := &peers{cs: map[uint16]*Container{}, cls: map[uint16]*Cleanup{}}
+	p := &peers{cs: map[uint16]*Container{}, cls: map[uint16]*FanoutQueue{}}
 	for _, w := range workers {
 		c, cl := newFanoutContainer(t, int64(w), p.deliver, CleanupOptions{}, nil)
 		p.cs[w], p.cls[w] = c, cl
@@ -264,7 +264,7 @@ func (p *peers) deliver(worker uint16, id int64) error {
 
 func (p *peers) flush(t *testing.T) {
 	t.Helper()
-	// A delivery may queue more on another Cleanup: flush until all are idle.
+	// A delivery may queue more on another FanoutQueue: flush until all are idle.
 	require.Eventually(t, func() bool {
 		for _, cl := range p.cls {
 			if cl.Flush(0) != 0 {

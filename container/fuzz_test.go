@@ -264,7 +264,7 @@ type fuzzRun struct {
 	notified []string
 }
 
-func (r *fuzzRun) NotifyRelease(id int64, workers []uint16) {
+func (r *fuzzRun) Release(id int64, workers []uint16) {
 	r.notified = append(r.notified, fmt.Sprint(id, ":", workers))
 }
 
@@ -589,7 +589,7 @@ func FuzzOps(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.SetNotifier(r)
+		c.SetFanout(r)
 		r.c = c
 		for range in.threads {
 			r.threads = append(r.threads, container.NewThread())

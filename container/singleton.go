@@ -9,11 +9,11 @@ import (
 // Init, then fixed for the life of the process (as the native one, it is
 // never torn down). The zero Singleton is ready to use.
 type Singleton struct {
-	mu       sync.Mutex
-	c        atomic.Pointer[Container]
-	opts     []Option
-	notifier Notifier
-	drop     HostDropFunc
+	mu     sync.Mutex
+	c      atomic.Pointer[Container]
+	opts   []Option
+	fanout Fanout
+	drop   HostDropFunc
 }
 
 // SetHostDrop sets what runs hosts' drop functions, now if the container
@@ -27,14 +27,14 @@ func (s *Singleton) SetHostDrop(f HostDropFunc) {
 	}
 }
 
-// SetNotifier sets who the container tells about releases, now if it exists
+// SetFanout sets who the container tells about releases, now if it exists
 // and at Init otherwise (the host may wire its RPC before it calls Init).
-func (s *Singleton) SetNotifier(n Notifier) {
+func (s *Singleton) SetFanout(n Fanout) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.notifier = n
+	s.fanout = n
 	if c := s.c.Load(); c != nil {
-		c.SetNotifier(n)
+		c.SetFanout(n)
 	}
 }
 
@@ -76,7 +76,7 @@ func (s *Singleton) Init(workerID int64) (*Container, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.SetNotifier(s.notifier)
+	c.SetFanout(s.fanout)
 	c.SetHostDrop(s.drop)
 	s.c.Store(c)
 	return c, nil

@@ -3,7 +3,7 @@
 // network does.
 //
 // Each simulated worker is its own container.Container with its own
-// container.Cleanup as Notifier. An in-memory transport joins them; it
+// container.FanoutQueue as Fanout. An in-memory transport joins them; it
 // loses, delays and duplicates messages, and workers get killed mid-run.
 // A pass is a random tree of RPCs: an origin creates a context
 // (NewContext), sends RPCs along chains and fans, and each receiver takes
@@ -15,7 +15,7 @@
 // transport and a receiving worker calls ReleaseContextIfPresent, which fans
 // out to its own known workers.
 //
-// After the run settles (every Cleanup flushed, the transport quiet) Run
+// After the run settles (every FanoutQueue flushed, the transport quiet) Run
 // checks, for every live worker:
 //
 //   - it holds no context of a pass that its (live) origin released, unless
@@ -164,7 +164,7 @@ func (r *Result) Print(w io.Writer) {
 type worker struct {
 	id   uint16
 	c    *container.Container
-	cl   *container.Cleanup
+	cl   *container.FanoutQueue
 	dead atomic.Bool
 
 	mu       sync.Mutex
@@ -256,9 +256,9 @@ func (s *sim) makeWorkers() error {
 			return err
 		}
 		w := &worker{id: uint16(i), c: c, attempts: map[msgKey]int{}}
-		w.cl = container.NewCleanup(s.sender(w), s.cfg.Cleanup)
+		w.cl = container.NewFanoutQueue(s.sender(w), s.cfg.Cleanup)
 		w.cl.SetLog(s.logger(w))
-		c.SetNotifier(w.cl)
+		c.SetFanout(w.cl)
 		s.workers[i] = w
 	}
 	return nil
@@ -381,10 +381,10 @@ func (s *sim) loseMessage(k msgKey) {
 	s.mu.Unlock()
 }
 
-// dropFormat is how Cleanup logs a message it drops (queue full or closed).
+// dropFormat is how FanoutQueue logs a message it drops (queue full or closed).
 const dropFormat = "cleanup queue full (%d pending) or closed: dropped the release of context %d on worker %d"
 
-// logger returns w's log hook: it notes the messages w's Cleanup dropped, so
+// logger returns w's log hook: it notes the messages w's FanoutQueue dropped, so
 // that the checker knows which edges of a graph no cleanup crossed.
 func (s *sim) logger(w *worker) container.LogFunc {
 	return func(level container.LogLevel, msg string) {
@@ -440,7 +440,7 @@ func (s *sim) runPasses() (int64, []int) {
 	return int64(n), killed
 }
 
-// kill stops w: it answers nothing more, and what its Cleanup still had to
+// kill stops w: it answers nothing more, and what its FanoutQueue still had to
 // send is lost with the process.
 func (s *sim) kill(id int) {
 	w := s.workers[id]
@@ -572,7 +572,7 @@ func (s *sim) send(p *pass, w *worker, ctx *container.Context, hops []hop) {
 	}
 }
 
-// settle waits until no Cleanup has anything pending and none made progress
+// settle waits until no FanoutQueue has anything pending and none made progress
 // between two looks (a delivery in flight queues more on its receiver).
 func (s *sim) settle() error {
 	deadline := time.Now().Add(s.cfg.SettleTimeout)

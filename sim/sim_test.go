@@ -15,7 +15,7 @@ import (
 
 func TestMain(m *testing.M) {
 	// container's coarse clock runs one goroutine for the process, by
-	// design; every worker's Cleanup must be gone when Run returns.
+	// design; every worker's FanoutQueue must be gone when Run returns.
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("distautograd/container.startClock.func1"))
 }
 
