@@ -304,10 +304,11 @@ func dacgo_release_contexts_of_worker(worker C.int32_t, released *C.int64_t, e *
 	if err != nil {
 		return fail(e, err)
 	}
-	n, err := c.ReleaseContextsOfWorker(int(worker))
-	if err != nil {
+	// Checked here, at the edge: the domain takes a worker id as uint16.
+	if err := container.CheckWorkerID(int64(worker)); err != nil {
 		return fail(e, err)
 	}
+	n := c.ReleaseContextsOfWorker(uint16(worker))
 	if released != nil {
 		*released = C.int64_t(n)
 	}

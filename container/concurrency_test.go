@@ -133,9 +133,7 @@ func TestConcurrentReleasePaths(t *testing.T) {
 		})
 	}
 	wg.Go(func() {
-		n, err := c.ReleaseContextsOfWorker(5)
-		assert.NoError(t, err)
-		count(n)
+		count(c.ReleaseContextsOfWorker(5))
 	})
 	wg.Go(func() {
 		n, err := c.ReapIdleContexts(0)
@@ -143,9 +141,7 @@ func TestConcurrentReleasePaths(t *testing.T) {
 		count(n)
 	})
 	wg.Wait()
-	n, err := c.ReleaseContextsOfWorker(5) // what the racing ones left
-	require.NoError(t, err)
-	count(n)
+	count(c.ReleaseContextsOfWorker(5)) // what the racing ones left
 	assert.Equal(t, ids, released, "each context released exactly once")
 	assert.Zero(t, c.NumContexts())
 	assert.Empty(t, c.ContextIDs())

@@ -443,11 +443,8 @@ func (c *Container) releaseWhere(match func(*Context, *Record) bool) int {
 // ReleaseContextsOfWorker releases every context created by originWorker
 // (context_id >> 48): what a worker that died mid-pass left behind here,
 // which no cleanup message will ever reach. It returns how many it released.
-func (c *Container) ReleaseContextsOfWorker(originWorker int) (int, error) {
-	if originWorker < 0 || originWorker > MaxWorkerID {
-		return 0, errWorkerRange
-	}
-	return c.releaseWhere(func(ctx *Context, _ *Record) bool { return OriginWorker(ctx.id) == originWorker }), nil
+func (c *Container) ReleaseContextsOfWorker(originWorker uint16) int {
+	return c.releaseWhere(func(ctx *Context, _ *Record) bool { return OriginWorker(ctx.id) == originWorker })
 }
 
 // ReapIdleContexts releases every context not used (created, retrieved,

@@ -29,7 +29,7 @@ func MaxIDOf(workerID int64) int64 { return AutoIncrementMask | workerID<<AutoIn
 
 // OriginWorker returns the worker id that created id: the top 16 bits,
 // read as the unsigned worker id in [0, 65535].
-func OriginWorker(id int64) int { return int(uint64(id) >> AutoIncrementBits) }
+func OriginWorker(id int64) uint16 { return uint16(uint64(id) >> AutoIncrementBits) }
 
 // counter hands out the ids next, next+1, ..., max-1 and then fails; it never
 // wraps and never hands an id out twice.

@@ -30,8 +30,8 @@ func TestIDLayout(t *testing.T) {
 	for _, tc := range layoutCases {
 		assert.Equal(t, tc.firstID, container.FirstID(tc.worker), "FirstID(%d)", tc.worker)
 		assert.Equal(t, tc.maxID, container.MaxIDOf(tc.worker), "MaxIDOf(%d)", tc.worker)
-		assert.Equal(t, int(tc.worker), container.OriginWorker(tc.firstID), "OriginWorker(first id of %d)", tc.worker)
-		assert.Equal(t, int(tc.worker), container.OriginWorker(tc.maxID), "OriginWorker(max_id of %d)", tc.worker)
+		assert.Equal(t, uint16(tc.worker), container.OriginWorker(tc.firstID), "OriginWorker(first id of %d)", tc.worker)
+		assert.Equal(t, uint16(tc.worker), container.OriginWorker(tc.maxID), "OriginWorker(max_id of %d)", tc.worker)
 	}
 }
 

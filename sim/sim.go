@@ -651,10 +651,7 @@ func (s *sim) check(res *Result) error {
 			if !d.dead.Load() {
 				continue
 			}
-			n, err := w.c.ReleaseContextsOfWorker(int(d.id))
-			if err != nil {
-				return err
-			}
+			n := w.c.ReleaseContextsOfWorker(uint16(d.id))
 			res.Orphans += int64(n)
 		}
 	}
