@@ -92,9 +92,9 @@ static void on_fork_parent(void) { fork_gate_open(); }
 
 static void clear_for_child(void);
 
-/* In the child, the fast paths must find nothing to serve (the view gone,
-** the forking thread's message-id block empty, the initialized cache
-** cleared: the child's only thread is the one that forked), so that every
+/* In the child, the fast paths that come before the fork guard must find
+** nothing to serve (the view gone, the forking thread's message-id block
+** empty: the child's only thread is the one that forked), so that every
 ** call reaches its slow path, which fails with DAC_ERR_FORKED first. */
 static void on_fork_child(void) {
 	c_forked = 1;
@@ -168,8 +168,6 @@ static int forked(const char *fn) {
 static int c_initialized;
 
 static __attribute__((noinline)) int check_initialized_slow(void) {
-	if (c_forked)
-		return forked("dac_*");
 	int rc = dacgo_check_initialized(err());
 	if (rc == DAC_OK)
 		__atomic_store_n(&c_initialized, 1, __ATOMIC_RELEASE);
@@ -402,7 +400,6 @@ static void clear_for_child(void) {
 	__atomic_store_n(&g_view, NULL, __ATOMIC_RELAXED);
 	__atomic_store_n(&g_records, 0, __ATOMIC_RELAXED);
 	tls_msg.next = tls_msg.end = 0;
-	__atomic_store_n(&c_initialized, 0, __ATOMIC_RELAXED);
 }
 
 static inline dacc_record *record_at(const dacc_view *v, uint32_t index) {

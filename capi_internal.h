@@ -110,7 +110,6 @@ typedef struct dacc_buckets {
 
 typedef struct dacc_view {
 	uintptr_t records;    /* record 0; a handle is generation << 32 | index */
-	uint64_t committed;   /* records mapped: an index past it names none */
 	uint64_t shard_mask;  /* shard of id: id & shard_mask */
 	uint64_t shard_bits;
 	uintptr_t clock;      /* the coarse clock: an int64_t of milliseconds */

@@ -31,7 +31,6 @@ var (
 	_ = [1]struct{}{}[container.MaxShards-C.DACC_MAX_SHARDS]
 	_ = [1]struct{}{}[unsafe.Sizeof(container.View{})-C.sizeof_dacc_view]
 	_ = [1]struct{}{}[unsafe.Offsetof(container.View{}.Records)-unsafe.Offsetof(C.dacc_view{}.records)]
-	_ = [1]struct{}{}[unsafe.Offsetof(container.View{}.Committed)-unsafe.Offsetof(C.dacc_view{}.committed)]
 	_ = [1]struct{}{}[unsafe.Offsetof(container.View{}.ShardMask)-unsafe.Offsetof(C.dacc_view{}.shard_mask)]
 	_ = [1]struct{}{}[unsafe.Offsetof(container.View{}.ShardBits)-unsafe.Offsetof(C.dacc_view{}.shard_bits)]
 	_ = [1]struct{}{}[unsafe.Offsetof(container.View{}.Clock)-unsafe.Offsetof(C.dacc_view{}.clock)]

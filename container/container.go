@@ -110,7 +110,6 @@ func (c *Container) initStorage() error {
 	c.view.Records = uintptr(c.recs.base)
 	c.view.ShardMask = uint64(n - 1)
 	c.view.ShardBits = uint64(bits.TrailingZeros(uint(n)))
-	c.recs.onCommit = func(n int) { c.view.Committed.Store(uint64(n)) }
 	c.view.Clock = uintptr(unsafe.Pointer(clockWord()))
 	c.shards = make([]indexShard, n)
 	c.shardBits = uint(bits.TrailingZeros(uint(n)))

@@ -104,11 +104,10 @@ const (
 // dacc_view). C reads it without locks; Go writes Buckets when an index
 // grows, everything else once.
 type View struct {
-	Records   uintptr       // address of record 0
-	Committed atomic.Uint64 // records mapped (C checks a handle's index against it)
-	ShardMask uint64        // shards - 1
-	ShardBits uint64        // log2(shards)
-	Clock     uintptr       // address of the coarse clock (an int64 of milliseconds)
+	Records   uintptr // address of record 0
+	ShardMask uint64  // shards - 1
+	ShardBits uint64  // log2(shards)
+	Clock     uintptr // address of the coarse clock (an int64 of milliseconds)
 	Buckets   [MaxShards]atomic.Uintptr
 }
 
@@ -142,7 +141,6 @@ type recordTable struct {
 	committed int        // records committed
 	used      atomic.Int64
 	ctxs      atomic.Pointer[[]*ctxChunk] // per chunk of recordChunk records
-	onCommit  func(committed int)         // publishes the count for C
 }
 
 type ctxChunk [recordChunk]atomic.Pointer[Context]
@@ -214,9 +212,6 @@ func (t *recordTable) grow() (uint32, error) {
 		grown := append(append(make([]*ctxChunk, 0, len(old)+1), old...), new(ctxChunk))
 		t.ctxs.Store(&grown)
 		t.committed += recordChunk
-		if t.onCommit != nil {
-			t.onCommit(t.committed)
-		}
 	}
 	t.used.Store(int64(n + 1))
 	return uint32(n), nil
