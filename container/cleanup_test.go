@@ -513,7 +513,9 @@ func TestCleanupSetLogNil(t *testing.T) {
 	assert.Equal(t, int64(1), flushCleanup(t, c).Failed)
 }
 
-func TestCleanupSetSenderAndWaitWaitsForCallsInProgress(t *testing.T) {
+// senderInCall returns a queue whose sender is in the middle of a call,
+// and the channel that lets that call return.
+func senderInCall(t *testing.T) (*FanoutQueue, chan struct{}) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	c := newTestCleanup(t, func(uint16, int64) error {
 		close(entered)
@@ -522,6 +524,11 @@ func TestCleanupSetSenderAndWaitWaitsForCallsInProgress(t *testing.T) {
 	}, CleanupOptions{}, nil)
 	c.Release(1, []uint16{1})
 	<-entered
+	return c, release
+}
+
+func TestCleanupSetSenderAndWaitWaitsForCallsInProgress(t *testing.T) {
+	c, release := senderInCall(t)
 	swapped := make(chan struct{})
 	go func() {
 		c.SetSenderAndWait(nil)
@@ -597,14 +604,7 @@ func TestCleanupInstallSenderRacesAreLinearizable(t *testing.T) {
 // A waiting installation that runs out of time says so; the new sender is
 // in force at once all the same.
 func TestCleanupInstallSenderTimeout(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	c := newTestCleanup(t, func(uint16, int64) error {
-		close(entered)
-		<-release
-		return nil
-	}, CleanupOptions{}, nil)
-	c.Release(1, []uint16{1})
-	<-entered
+	c, release := senderInCall(t)
 	require.False(t, c.InstallSender("other", nil, 10*time.Millisecond))
 	require.Nil(t, c.send.Load())
 	close(release)
