@@ -308,12 +308,7 @@ int dac_context_new_id(dac_context **out, int64_t *context_id) {
 
 int dac_context_release(int64_t context_id) {
 	GUARD_FORK();
-	return dacgo_context_release(&tls_current, context_id, 0, NULL, err());
-}
-
-int dac_context_release_if_present(int64_t context_id, int *released) {
-	GUARD_FORK();
-	return dacgo_context_release(&tls_current, context_id, 1, released, err());
+	return dacgo_context_release(&tls_current, context_id, 0, NULL, 0, NULL, err());
 }
 
 int dac_release_contexts_of_worker(int32_t worker_id, int64_t *released) {
@@ -432,15 +427,24 @@ static inline int referenced(uint64_t st, uint32_t gen) {
 #define DACC_MAX_HOPS 64
 
 /* Finds a record that says it is id's (listed or not: the caller checks),
-** following the chain of id's bucket; NULL is a miss, which Go settles
-** under its lock (a reader racing a rewrite of the chain can miss). */
-static inline __attribute__((always_inline)) dacc_record *lookup(const dacc_view *v, int64_t id, uint32_t *index) {
+** following the chain of id's bucket. NULL is a miss, and *settled says
+** whether the miss is the answer: it is when the shard's change count was
+** even and the same before and after the walk (no link a reader follows
+** was rewritten meanwhile: records.go, Buckets), else only Go can say,
+** under its lock. */
+static inline __attribute__((always_inline)) dacc_record *lookup(const dacc_view *v, int64_t id, uint32_t *index,
+                                                                int *settled) {
 	uint64_t u = (uint64_t)id;
 	const dacc_buckets *b =
 	    (const dacc_buckets *)__atomic_load_n(&v->buckets[u & v->shard_mask], __ATOMIC_ACQUIRE);
+	uint64_t changes = __atomic_load_n(&b->changes, __ATOMIC_ACQUIRE);
 	uint64_t k = ((u >> v->shard_bits) ^ (u >> 48)) & b->mask;
 	uint32_t i = __atomic_load_n(&b->heads[k], __ATOMIC_ACQUIRE);
-	for (int hops = 0; i != 0 && i <= DACC_MAX_RECORDS && hops < DACC_MAX_HOPS; hops++) {
+	for (int hops = 0; i != 0; hops++) {
+		if (i > DACC_MAX_RECORDS || hops == DACC_MAX_HOPS) {
+			*settled = 0;
+			return NULL;
+		}
 		dacc_record *r = record_at(v, i - 1);
 		if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) == id) {
 			*index = i - 1;
@@ -448,6 +452,8 @@ static inline __attribute__((always_inline)) dacc_record *lookup(const dacc_view
 		}
 		i = __atomic_load_n(&r->next, __ATOMIC_ACQUIRE);
 	}
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	*settled = !(changes & 1) && __atomic_load_n(&b->changes, __ATOMIC_RELAXED) == changes;
 	return NULL;
 }
 
@@ -458,28 +464,33 @@ static inline void touch(const dacc_view *v, dacc_record *r) {
 		__atomic_store_n(&r->last_used, now, __ATOMIC_RELAXED);
 }
 
+/* What acquire found. */
+enum { DACC_UNDECIDED = 0, DACC_ACQUIRED = 1, DACC_ABSENT = 2 };
+
 /* Takes a reference to the context listed under id, without entering Go:
-** 1 and its handle, or 0 (none, or not decidable here). The reference is
-** taken by one compare-and-swap of the state word that requires it to be
+** DACC_ACQUIRED and its handle, DACC_ABSENT (no context is stored under id:
+** a settled miss), or DACC_UNDECIDED (Go decides). The reference is taken
+** by one compare-and-swap of the state word that requires it to be
 ** unchanged since its id was checked, and listed: a release (which unlists
 ** first) that has returned can never be overtaken. */
 static inline __attribute__((always_inline)) int acquire(int64_t id, uint64_t *h) {
 	dacc_view *v = view();
 	if (__builtin_expect(v == NULL, 0))
-		return 0;
+		return DACC_UNDECIDED;
 	uint32_t index;
-	dacc_record *r = lookup(v, id, &index);
+	int settled = 0;
+	dacc_record *r = lookup(v, id, &index, &settled);
 	if (r == NULL)
-		return 0;
+		return settled ? DACC_ABSENT : DACC_UNDECIDED;
 	uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
 	do {
 		if (!(st & DACC_STATE_LISTED) || (st & DACC_STATE_REFS) == DACC_STATE_REFS ||
 		    __atomic_load_n(&r->id, __ATOMIC_RELAXED) != id)
-			return 0;
+			return DACC_UNDECIDED;
 	} while (!__atomic_compare_exchange_n(&r->state, &st, st + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
 	touch(v, r);
 	*h = (st >> 32) << 32 | index;
-	return 1;
+	return DACC_ACQUIRED;
 }
 
 /* The fast paths below come before the fork guard: in a child they find
@@ -488,7 +499,7 @@ static inline __attribute__((always_inline)) int acquire(int64_t id, uint64_t *h
 int dac_context_current(dac_context **out) {
 	CHECK_OUT(out);
 	uint64_t h = 0;
-	if (__builtin_expect(tls_current != DAC_INVALID_ID && acquire(tls_current, &h), 1)) {
+	if (__builtin_expect(tls_current != DAC_INVALID_ID && acquire(tls_current, &h) == DACC_ACQUIRED, 1)) {
 		*out = to_ptr(h);
 		return DAC_OK;
 	}
@@ -502,8 +513,13 @@ int dac_context_current(dac_context **out) {
 static inline __attribute__((always_inline)) int retrieve(const char *fn, int64_t context_id, int if_present,
                                                          dac_context **out) {
 	uint64_t h = 0;
-	if (__builtin_expect(acquire(context_id, &h), 1)) {
+	int found = acquire(context_id, &h);
+	if (__builtin_expect(found == DACC_ACQUIRED, 1)) {
 		*out = to_ptr(h);
+		return DAC_OK;
+	}
+	if (found == DACC_ABSENT && if_present) {
+		*out = NULL;
 		return DAC_OK;
 	}
 	if (c_forked)
@@ -527,7 +543,7 @@ int dac_context_retrieve_if_present(int64_t context_id, dac_context **out) {
 int dac_context_get_or_create(int64_t context_id, dac_context **out) {
 	CHECK_OUT(out);
 	uint64_t h = 0;
-	if (__builtin_expect(acquire(context_id, &h), 1)) {
+	if (__builtin_expect(acquire(context_id, &h) == DACC_ACQUIRED, 1)) {
 		*out = to_ptr(h);
 		return DAC_OK;
 	}
@@ -538,10 +554,46 @@ int dac_context_get_or_create(int64_t context_id, dac_context **out) {
 	return rc;
 }
 
+/* Nothing stored under the id (a cleanup message for a context gone
+** already: the usual case, as every worker of a pass tells every other) is
+** settled here: nothing to release, no need to enter Go. */
+static inline __attribute__((always_inline)) int absent(int64_t context_id) {
+	dacc_view *v = view();
+	uint32_t index;
+	int settled = 0;
+	return v != NULL && lookup(v, context_id, &index, &settled) == NULL && settled;
+}
+
+int dac_context_release_if_present(int64_t context_id, int *released) {
+	if (__builtin_expect(absent(context_id), 1)) {
+		if (released != NULL)
+			*released = 0;
+		return DAC_OK;
+	}
+	GUARD_FORK();
+	return dacgo_context_release(&tls_current, context_id, 1, NULL, 0, released, err());
+}
+
+int dac_context_release_with_workers(int64_t context_id, const int32_t *worker_ids, size_t count, int *released) {
+	GUARD_FORK();
+	if (worker_ids == NULL && count != 0)
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "worker_ids must not be NULL when count is not 0");
+	int in_range = 1; /* else Go says which is not, and changes nothing */
+	for (size_t i = 0; i < count; i++)
+		in_range &= worker_ids[i] >= 0 && worker_ids[i] <= UINT16_MAX;
+	if (in_range && absent(context_id)) {
+		if (released != NULL)
+			*released = 0;
+		return DAC_OK;
+	}
+	return dacgo_context_release(&tls_current, context_id, 1, (int32_t *)worker_ids, count, released, err());
+}
+
 int dac_context_is_valid(int64_t context_id) {
 	dacc_view *v = view();
 	uint32_t index;
-	dacc_record *r = v ? lookup(v, context_id, &index) : NULL;
+	int settled = 0;
+	dacc_record *r = v ? lookup(v, context_id, &index, &settled) : NULL;
 	if (r != NULL) {
 		/* Listed with that id between two reads of one life of the record
 		** (a reference taken or dropped meanwhile changes nothing). */
@@ -812,10 +864,34 @@ int dac_fork_parent(void) {
 
 /* ---- Host values ---- */
 
+/* Set here, not in Go: the torch backend sets one on every context it
+** makes, and a call into Go there costs more than the rest of it. The
+** value goes in by compare-and-swap from 0 (setters agree on the first),
+** then its drop; the caller's reference keeps the record from dying until
+** both are written, and Go takes both when it dies (records.go, Record). */
 int dac_context_set_host_value(dac_context *ctx, uint64_t value, dac_host_value_drop drop, uint64_t *current) {
 	GUARD_FORK();
 	CHECK_OUT(current);
-	return dacgo_context_set_host_value(to_handle(ctx), value, (void *)drop, current, err());
+	uint32_t gen;
+	dacc_record *r = handle_record(to_handle(ctx), &gen);
+	if (__builtin_expect(r == NULL || !referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen), 0)) {
+		/* Go says why: not initialized, or which handle is bad. */
+		uint64_t ignored;
+		int rc = dacgo_context_host_value(to_handle(ctx), &ignored, err());
+		if (rc == DAC_OK)
+			rc = reject(DAC_ERR_BAD_HANDLE, __func__, "the handle's context died during the call");
+		return rc;
+	}
+	if (value == 0)
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "the host value must not be 0 (0 means none)");
+	uint64_t expect = 0;
+	if (__atomic_compare_exchange_n(&r->host_value, &expect, value, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&r->host_drop, (uintptr_t)drop, __ATOMIC_RELEASE);
+		*current = value;
+	} else {
+		*current = expect;
+	}
+	return DAC_OK;
 }
 
 #ifdef DACC_TESTING
@@ -828,5 +904,15 @@ int dactest_set_counter_offsets(int64_t ctx_offset, int64_t msg_offset);
 int dactest_set_counter_offsets(int64_t ctx_offset, int64_t msg_offset) {
 	GUARD_FORK();
 	return dacgo_testing_set_counter_offsets(ctx_offset, msg_offset, err());
+}
+
+/* How many calls into Go the library has made so far (this one aside): a
+** test brackets a call with two and learns whether capi.c served it alone. */
+int64_t dactest_go_calls(void);
+
+int64_t dactest_go_calls(void) {
+	int64_t n = 0;
+	dacgo_testing_go_calls(&n);
+	return n;
 }
 #endif

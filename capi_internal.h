@@ -48,7 +48,8 @@ int dacgo_context_current(int64_t current, uint64_t *out, dacc_error_slot *e);
 int dacgo_context_retrieve(int64_t id, int if_present, uint64_t *out, dacc_error_slot *e);
 int dacgo_context_get_or_create(int64_t id, uint64_t *out, dacc_error_slot *e);
 int dacgo_context_is_valid(int64_t id, dacc_error_slot *e);
-int dacgo_context_release(int64_t *current, int64_t id, int if_present, int *released, dacc_error_slot *e);
+int dacgo_context_release(int64_t *current, int64_t id, int if_present, int32_t *workers, size_t nworkers,
+                          int *released, dacc_error_slot *e);
 int dacgo_release_contexts_of_worker(int32_t worker, int64_t *released, dacc_error_slot *e);
 int dacgo_reap_idle_contexts(int64_t idle_ms, int64_t *released, dacc_error_slot *e);
 int dacgo_context_ref(uint64_t h, int delta, dacc_error_slot *e);
@@ -67,10 +68,10 @@ int dacgo_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, 
 int dacgo_cleanup_stats(dac_cleanup_counters *out, dacc_error_slot *e);
 int dacgo_cleanup_flush(int64_t timeout_ms, int in_callback, int64_t *pending, dacc_error_slot *e);
 int dacgo_view(void **out, dacc_error_slot *e);
-int dacgo_context_set_host_value(uint64_t h, uint64_t value, void *drop, uint64_t *current, dacc_error_slot *e);
 int dacgo_context_host_value(uint64_t h, uint64_t *out, dacc_error_slot *e);
 #ifdef DACC_TESTING
 int dacgo_testing_set_counter_offsets(int64_t ctx_offset, int64_t msg_offset, dacc_error_slot *e);
+void dacgo_testing_go_calls(int64_t *out);
 #endif
 
 /* The contexts, as Go's container publishes them for C (container/
@@ -105,6 +106,7 @@ typedef struct dacc_record {
 
 typedef struct dacc_buckets {
 	uint64_t mask;
+	uint64_t changes; /* odd while Go rewrites a link a reader may follow */
 	uint32_t heads[]; /* mask+1 chain heads: index+1 of a record, 0: empty */
 } dacc_buckets;
 

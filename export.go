@@ -41,6 +41,9 @@ func fail(e *C.dacc_error_slot, err error) C.int {
 // recoverTo turns a panic into DAC_ERR_INTERNAL: no Go panic may cross into C.
 // Every exported function defers it.
 func recoverTo(e *C.dacc_error_slot, rc *C.int) {
+	if countCalls {
+		goCalls.Add(1)
+	}
 	if r := recover(); r != nil {
 		*rc = setError(e, container.ErrInternal, fmt.Sprintf("distautograd: internal error (a bug, please report it): %v", r))
 	}
@@ -48,6 +51,9 @@ func recoverTo(e *C.dacc_error_slot, rc *C.int) {
 
 //export dacgo_fill_error
 func dacgo_fill_error(code C.int, e *C.dacc_error_slot) C.int {
+	if countCalls {
+		goCalls.Add(1)
+	}
 	return setError(e, container.Code(code), container.MessageOf(container.Code(code)))
 }
 
@@ -274,7 +280,7 @@ func dacgo_context_is_valid(id C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 }
 
 //export dacgo_context_release
-func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, released *C.int, e *C.dacc_error_slot) (rc C.int) {
+func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, workers *C.int32_t, nworkers C.size_t, released *C.int, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -287,7 +293,19 @@ func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, re
 		}
 		return 0
 	}
-	ok := c.ReleaseContextIfPresent(t, int64(id))
+	var also []uint16
+	if nworkers > 0 {
+		// Checked at the edge, all before anything changes.
+		ids := unsafe.Slice((*int32)(unsafe.Pointer(workers)), int(nworkers))
+		also = make([]uint16, len(ids))
+		for i, w := range ids {
+			if err := container.CheckWorkerID(int64(w)); err != nil {
+				return fail(e, err)
+			}
+			also[i] = uint16(w)
+		}
+	}
+	ok := c.ReleaseContextWithWorkers(t, int64(id), also)
 	if released != nil {
 		*released = 0
 		if ok {

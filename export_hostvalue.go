@@ -5,29 +5,12 @@ package main
 */
 import "C"
 
-import "unsafe"
-
 // Drop functions are C function pointers; Go calls them through the
 // trampoline, which holds fork() back as the other calls into the host do.
 func init() {
 	proc.SetHostDrop(func(drop uintptr, value uint64) {
 		C.dacc_call_host_drop(C.uintptr_t(drop), C.uint64_t(value))
 	})
-}
-
-//export dacgo_context_set_host_value
-func dacgo_context_set_host_value(h C.uint64_t, value C.uint64_t, drop unsafe.Pointer, current *C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
-	defer recoverTo(e, &rc)
-	c, err := proc.Get()
-	if err != nil {
-		return fail(e, err)
-	}
-	v, _, err := c.SetHostValue(uint64(h), uint64(value), uintptr(drop))
-	if err != nil {
-		return fail(e, err)
-	}
-	*current = C.uint64_t(v)
-	return 0
 }
 
 //export dacgo_context_host_value

@@ -8,7 +8,26 @@ package main
 */
 import "C"
 
-import "distautograd/container"
+import (
+	"sync/atomic"
+
+	"distautograd/container"
+)
+
+// countCalls: the testing build counts the calls from C into Go (every
+// dacgo_* function but the counter's own), so that tests can check which
+// calls capi.c serves without one.
+const countCalls = true
+
+var goCalls atomic.Int64
+
+// dacgo_testing_go_calls is the Go side of dactest_go_calls: how many calls
+// into Go there have been so far.
+//
+//export dacgo_testing_go_calls
+func dacgo_testing_go_calls(out *C.int64_t) {
+	*out = C.int64_t(goCalls.Load())
+}
 
 // dacgo_testing_set_counter_offsets is the Go side of capi.c's
 // dactest_set_counter_offsets, which exists only in the testing build (make

@@ -236,8 +236,7 @@ func TestConcurrentRecords(t *testing.T) {
 				assert.NoError(t, err)
 				assert.Equal(t, id, ctx.ID())
 				ctx.AddKnownWorkerID(uint16(k % 9))
-				_, _, err = c.SetHostValue(h, uint64(id), 7)
-				assert.NoError(t, err)
+				setHostValue(t, c, h, uint64(id), 7)
 				// A neighbour's context, looked up and released while its
 				// owner uses it: the owner's handle keeps it readable.
 				other := first3 + int64(((g+1)%goroutines)*100000+k)

@@ -52,7 +52,7 @@ type Fanout interface {
 
 type fanoutBox struct{ n Fanout }
 
-// HostDropFunc calls a host's drop function on its value (SetHostValue);
+// HostDropFunc calls a host's drop function on its value (Record.HostDrop);
 // the C ABI sets one that calls the C function pointer.
 type HostDropFunc func(drop uintptr, value uint64)
 
@@ -378,6 +378,13 @@ func (c *Container) ReleaseContext(t *Thread, id int64) error {
 // ReleaseContextIfPresent is ReleaseContext with a missing id a silent no-op
 // (a cleanup message may arrive twice); it reports whether it released.
 func (c *Container) ReleaseContextIfPresent(t *Thread, id int64) bool {
+	return c.ReleaseContextWithWorkers(t, id, nil)
+}
+
+// ReleaseContextWithWorkers is ReleaseContextIfPresent that first adds
+// workers to the context's known workers, so that the fan-out tells them
+// too: for a host that records the workers of a pass itself.
+func (c *Container) ReleaseContextWithWorkers(t *Thread, id int64, workers []uint16) bool {
 	s := c.shard(id)
 	s.mu.Lock()
 	r, idx := c.find(s, id)
@@ -394,6 +401,9 @@ func (c *Container) ReleaseContextIfPresent(t *Thread, id int64) bool {
 	c.live.Add(-1)
 	if t != nil && t.current == id {
 		t.current = InvalidID
+	}
+	for _, w := range workers {
+		ctx.AddKnownWorkerID(w)
 	}
 	c.notify(ctx)
 	c.drop(d)

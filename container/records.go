@@ -55,8 +55,11 @@ type Record struct {
 	// lookups store it too.
 	LastUsed atomic.Int64
 	// HostValue and HostDrop are the host's value for the context and the
-	// function that drops it (C function pointer, called once when the
-	// record dies; see SetHostValue).
+	// function that drops it (a C function pointer, called once when the
+	// record dies). C sets them, through a handle: the value by
+	// compare-and-swap from 0, then the drop; the record cannot die before
+	// that handle's reference goes, which orders both before the death
+	// that takes them (die).
 	HostValue atomic.Uint64
 	HostDrop  atomic.Uintptr
 }
@@ -114,15 +117,27 @@ type View struct {
 // MaxShards bounds the shards of a Container.
 const MaxShards = 256
 
-// bucketArray is an index shard's bucket array, outside the Go heap: the
-// mask, then mask+1 chain heads (index+1 of a record, 0: empty).
-type bucketArray struct {
-	Mask  uint64
-	heads uint32 // the first of mask+1
+// Buckets is the head of an index shard's bucket array, outside the Go
+// heap (capi_internal.h: dacc_buckets): the mask, the chains' change count,
+// then mask+1 chain heads (index+1 of a record, 0: empty) from
+// BucketsHeadsOffset.
+type Buckets struct {
+	Mask uint64
+	// Changes is odd while Go rewrites a chain link that a reader may be
+	// following (an unlink; a growth, after which this array is retired
+	// and Changes stays odd) and counts those rewrites: a C lookup that
+	// misses with Changes even and the same before and after has read
+	// chains no one rewrote meanwhile, so its miss is the answer, not a
+	// question for Go. An insert needs no count: a reader that misses the
+	// new head has a miss that precedes the insert.
+	Changes atomic.Uint64
 }
 
-func (b *bucketArray) head(i uint64) *atomic.Uint32 {
-	return (*atomic.Uint32)(unsafe.Add(unsafe.Pointer(&b.heads), uintptr(i)*4))
+// BucketsHeadsOffset is where a bucket array's chain heads start.
+const BucketsHeadsOffset = unsafe.Sizeof(Buckets{})
+
+func (b *Buckets) head(i uint64) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Add(unsafe.Pointer(b), BucketsHeadsOffset+uintptr(i)*4))
 }
 
 // bucketOf is where id chains in a shard's index: the bits above the
@@ -221,19 +236,19 @@ func (t *recordTable) grow() (uint32, error) {
 // of records whose bucket array C reads, under a lock for Go's writers.
 type indexShard struct {
 	mu      sync.RWMutex
-	buckets *bucketArray
+	buckets *Buckets
 	count   int    // records linked in
 	free    uint32 // index+1 of the top of this shard's free records
 	slot    int    // its place in View.Buckets
 	_       [64 - 48]byte
 }
 
-func newBucketArray(n int) (*bucketArray, error) {
-	p, err := offHeap(8+4*n, syscall.PROT_READ|syscall.PROT_WRITE)
+func newBucketArray(n int) (*Buckets, error) {
+	p, err := offHeap(int(BucketsHeadsOffset)+4*n, syscall.PROT_READ|syscall.PROT_WRITE)
 	if err != nil {
 		return nil, err
 	}
-	b := (*bucketArray)(p)
+	b := (*Buckets)(p)
 	b.Mask = uint64(n - 1)
 	return b, nil
 }
@@ -311,14 +326,16 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 
 // growIndex moves shard s to a bucket array twice the size (s.mu held for
 // writing). C readers still in the old array may miss a record while its
-// chain is rewritten: a miss goes to Go, which looks under the lock. The
-// old array is kept, never freed, as a reader may still be in it.
+// chain is rewritten: the old array's change count, odd from here on, sends
+// their misses to Go, which looks under the lock. The old array is kept,
+// never freed, as a reader may still be in it.
 func (c *Container) growIndex(s *indexShard) error {
 	old := s.buckets
 	b, err := newBucketArray(int(old.Mask+1) * 2)
 	if err != nil {
 		return err
 	}
+	old.Changes.Add(1)
 	for k := uint64(0); k <= old.Mask; k++ {
 		for i := old.head(k).Load(); i != 0; {
 			r := c.recs.at(i - 1)
@@ -339,7 +356,11 @@ func (c *Container) unlink(s *indexShard, r *Record, idx uint32) {
 	link := s.buckets.head(bucketOf(r.ID.Load(), c.shardBits, s.buckets.Mask))
 	for i := link.Load(); i != 0; i = link.Load() {
 		if i == idx+1 {
+			// A reader on r may follow r.Next after r is recycled (into
+			// the free list, or another chain): its miss must not count.
+			s.buckets.Changes.Add(1)
 			link.Store(r.Next.Load())
+			s.buckets.Changes.Add(1)
 			s.count--
 			return
 		}
@@ -504,27 +525,6 @@ func (c *Container) LiveReferences() int64 {
 		n += int64(stateRefs(c.recs.at(i).State.Load()))
 	}
 	return n
-}
-
-// SetHostValue sets the host's value of h's context, and the C function
-// that drops it when the context's record dies, if it has none: true. If it
-// has one already, it changes nothing and returns that one and false (two
-// threads making the host's object for one context agree on the first).
-func (c *Container) SetHostValue(h uint64, value uint64, drop uintptr) (uint64, bool, error) {
-	r, _, gen := c.record(h)
-	if r == nil || !referenced(r.State.Load(), gen) {
-		return 0, false, errBadHandle(h)
-	}
-	if value == 0 {
-		return 0, false, Errorf(ErrInvalidArgument, "the host value must not be 0 (0 means none)")
-	}
-	if !r.HostValue.CompareAndSwap(0, value) {
-		return r.HostValue.Load(), false, nil
-	}
-	// After the value: the record cannot die before the caller's
-	// reference goes, which orders this before the death that reads it.
-	r.HostDrop.Store(drop)
-	return value, true, nil
 }
 
 // HostValue returns the host's value of h's context (0: none).

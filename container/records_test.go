@@ -29,13 +29,9 @@ func TestRecordLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotZero(t, h, "0 is never a handle: it is C's NULL")
 	assert.Equal(t, int64(1), c.LiveReferences())
-	v, set, err := c.SetHostValue(h, 42, 1)
+	setHostValue(t, c, h, 42, 1)
+	v, err := c.HostValue(h)
 	require.NoError(t, err)
-	assert.True(t, set)
-	assert.Equal(t, uint64(42), v)
-	v, set, err = c.SetHostValue(h, 43, 1)
-	require.NoError(t, err)
-	assert.False(t, set, "the first value stays")
 	assert.Equal(t, uint64(42), v)
 
 	// Listed and referenced: the last reference is not Go's to drop.
@@ -79,8 +75,7 @@ func TestRecordDiesOnReleaseWithoutHandles(t *testing.T) {
 	c.SetHostDrop(func(drop uintptr, value uint64) { dropped = append(dropped, value) })
 	h, err := c.GetOrCreateContextHandle(first3)
 	require.NoError(t, err)
-	_, _, err = c.SetHostValue(h, 9, 1)
-	require.NoError(t, err)
+	setHostValue(t, c, h, 9, 1)
 	// A second handle-less context, to be reaped.
 	_, err = c.GetOrCreateContext(first3 + 1)
 	require.NoError(t, err)
@@ -114,4 +109,11 @@ func TestIndexGrows(t *testing.T) {
 		assert.Equal(t, i%2 == 1, c.IsValidContext(first3+i*7919) == nil, "context %d", i)
 	}
 	assert.Len(t, c.ContextIDs(), n/2)
+}
+
+// setHostValue gives h's context a host value and drop function, as C's
+// dac_context_set_host_value leaves them.
+func setHostValue(t testing.TB, c *container.Container, h uint64, value uint64, drop uintptr) {
+	t.Helper()
+	assert.True(t, container.SetHostValueAsC(c, h, value, drop), "a live handle, no host value yet")
 }

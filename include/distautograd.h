@@ -58,9 +58,9 @@ extern "C" {
 
 /* Version of this header; dac_version() gives the library's. */
 #define DAC_VERSION_MAJOR 0
-#define DAC_VERSION_MINOR 2
+#define DAC_VERSION_MINOR 3
 #define DAC_VERSION_PATCH 0
-#define DAC_VERSION_STRING "0.2.0"
+#define DAC_VERSION_STRING "0.3.0"
 #define DAC_VERSION_NUMBER (DAC_VERSION_MAJOR * 1000000 + DAC_VERSION_MINOR * 1000 + DAC_VERSION_PATCH)
 
 /* Status codes. Values are ABI: they never change. */
@@ -96,7 +96,7 @@ typedef struct dac_context dac_context;
 
 /* ---- Library ------------------------------------------------------------ */
 
-/* Returns the library's version string, e.g. "0.2.0". Never fails; static. */
+/* Returns the library's version string, e.g. "0.3.0". Never fails; static. */
 const char *dac_version(void);
 
 /* Returns the library's DAC_VERSION_NUMBER. Never fails. */
@@ -211,6 +211,14 @@ int dac_context_release(int64_t context_id);
 ** message may arrive twice). *released (may be NULL) is set to 1 if a context
 ** was released, 0 if none was there. */
 int dac_context_release_if_present(int64_t context_id, int *released);
+
+/* As dac_context_release_if_present, after adding the count worker ids in
+** worker_ids (may be NULL when count is 0) to the context's known workers,
+** so that its release tells them too: one call where a host that records
+** the workers of a pass itself (the torch backend: libtorch's context does)
+** would otherwise add each and then release. A worker id outside [0, 65535]
+** fails with DAC_ERR_INVALID_ARGUMENT, and nothing is released. */
+int dac_context_release_with_workers(int64_t context_id, const int32_t *worker_ids, size_t count, int *released);
 
 /* Releases every context whose id was created by worker_id (context_id >> 48),
 ** fanning out as dac_context_release does, and writes how many to *released

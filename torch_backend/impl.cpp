@@ -30,6 +30,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
@@ -253,37 +254,46 @@ ContextPtr m_newContext(void*) {
   }
 }
 
-// Copies the known workers torch's engine recorded on libtorch's context
-// into distautograd's, whose release fan-out tells them. False: no context
-// id was stored when it looked.
-bool copy_known_workers(int64_t id) {
+// Releases the context stored under id, if any, with the known workers
+// torch's engine recorded on libtorch's context, which distautograd's
+// release fan-out tells: one call into the library's Go side when it is
+// there, none when it is not (the usual case for a cleanup message: every
+// worker of a pass tells every other). False: nothing was released.
+bool release_with_torch_workers(int64_t id) {
   Handle h;
-  if (dac_context_retrieve_if_present(id, &h.h) != DAC_OK)
-    return true;  // the release says why
+  check(dac_context_retrieve_if_present(id, &h.h));
   if (h.h == nullptr)
     return false;
+  int32_t inline_ids[16];
+  std::vector<int32_t> many;
+  int32_t* ids = inline_ids;
+  size_t n = 0;
   uint64_t v = 0;
-  if (dac_context_host_value(h.h, &v) != DAC_OK || v == 0)
-    return true;
-  auto& ctx = *reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(v));
-  for (auto w : ctx->getKnownWorkerIds())
-    dac_context_add_known_worker_id(h.h, static_cast<uint16_t>(w));
-  return true;
+  check(dac_context_host_value(h.h, &v));
+  if (v != 0) {
+    auto known = (*reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(v)))->getKnownWorkerIds();
+    if (known.size() > 16) {
+      many.resize(known.size());
+      ids = many.data();
+    }
+    for (auto w : known)
+      ids[n++] = static_cast<int32_t>(w);
+  }
+  // Dropped before the release, so that the release's is the context's
+  // last reference and its death happens there, not in a second call.
+  dac_context_unref(h.h);
+  h.h = nullptr;
+  int released = 0;
+  check(dac_context_release_with_workers(id, ids, n, &released));
+  return released != 0;
 }
 
 void m_releaseContext(void*, int64_t id) {
-  copy_known_workers(id);
-  check(dac_context_release(id));
+  if (!release_with_torch_workers(id))
+    check(dac_context_release(id));  // gone: torch's "Could not find autograd context with id"
 }
 
-// A cleanup message for a context already gone (the usual case: every
-// worker that took part tells every other) is answered by the lookup: the
-// release takes effect where that found nothing, a second crossing into Go
-// would only say so again.
-void m_releaseContextIfPresent(void*, int64_t id) {
-  if (copy_known_workers(id))
-    check(dac_context_release_if_present(id, nullptr));
-}
+void m_releaseContextIfPresent(void*, int64_t id) { release_with_torch_workers(id); }
 
 void m_isValidContext(void*, int64_t id) { check(dac_context_is_valid(id)); }
 

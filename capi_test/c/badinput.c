@@ -223,6 +223,26 @@ int main(void) {
 	    dac_context_release_if_present(released_id, &flag));
 	if (flag != 0)
 		printf("BUG: released = %d\n", flag), bugs++;
+	{
+		int32_t bad_low[2] = {1, -1}, bad_high[2] = {65536, 2}, edge[2] = {0, 65535};
+		ROW(dac_context_release_with_workers, "NULL worker_ids with count 1", DAC_ERR_INVALID_ARGUMENT,
+		    dac_context_release_with_workers(live_id, NULL, 1, &flag));
+		ROW(dac_context_release_with_workers, "a worker id of -1", DAC_ERR_INVALID_ARGUMENT,
+		    dac_context_release_with_workers(live_id, bad_low, 2, &flag));
+		ROW(dac_context_release_with_workers, "a worker id of 65536", DAC_ERR_INVALID_ARGUMENT,
+		    dac_context_release_with_workers(live_id, bad_high, 2, &flag));
+		ROW(dac_context_release_with_workers, "a worker id of -1, the id never stored", DAC_ERR_INVALID_ARGUMENT,
+		    dac_context_release_with_workers(((int64_t)9 << 48) | 5, bad_low, 2, &flag));
+		if (dac_context_is_valid(live_id) != DAC_OK)
+			printf("BUG: a refused release_with_workers released\n"), bugs++;
+		ROW(dac_context_release_with_workers, "not an error: INT64_MIN, NULL worker_ids, count 0, NULL released",
+		    DAC_OK, dac_context_release_with_workers(INT64_MIN, NULL, 0, NULL));
+		flag = 7;
+		ROW(dac_context_release_with_workers, "not an error: a second release, workers 0 and 65535, released = 0",
+		    DAC_OK, dac_context_release_with_workers(released_id, edge, 2, &flag));
+		if (flag != 0)
+			printf("BUG: released = %d\n", flag), bugs++;
+	}
 	ROW(dac_release_contexts_of_worker, "a negative worker id", DAC_ERR_INVALID_ARGUMENT,
 	    dac_release_contexts_of_worker(-1, &v));
 	ROW(dac_release_contexts_of_worker, "one past the last worker id", DAC_ERR_INVALID_ARGUMENT,

@@ -97,6 +97,7 @@ static void use_everything(dac_context *parents) {
 	CHILD(dac_context_is_valid(0));
 	CHILD(dac_context_release(0));
 	CHILD(dac_context_release_if_present(0, &flag));
+	CHILD(dac_context_release_with_workers(0, NULL, 0, &flag));
 	CHILD(dac_release_contexts_of_worker(3, &v));
 	CHILD(dac_reap_idle_contexts(0, &v));
 	CHILD(dac_current_context_id(&v));

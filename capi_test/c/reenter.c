@@ -177,6 +177,13 @@ static void run_table(int in_sender) {
 	ROW(dac_context_is_valid, dac_context_is_valid(id), RC == DAC_OK);
 	ROW(dac_context_release, dac_context_release(id), RC == DAC_OK);
 	ROW(dac_context_release_if_present, dac_context_release_if_present(foreign, &flag), RC == DAC_OK && flag == 1);
+	{
+		int32_t w[1] = {8};
+		MUST(dac_context_get_or_create(foreign, &h2));
+		MUST(dac_context_unref(h2));
+		ROW(dac_context_release_with_workers, dac_context_release_with_workers(foreign, w, 1, &flag),
+		    RC == DAC_OK && flag == 1);
+	}
 	MUST(dac_context_get_or_create(of_77, &h2));
 	MUST(dac_context_unref(h2));
 	ROW(dac_release_contexts_of_worker, dac_release_contexts_of_worker(77, &released), RC == DAC_OK && released == 1);

@@ -37,6 +37,7 @@ PROTOTYPES = {
     "dac_context_is_valid": (ctypes.c_int, (ctypes.c_int64,)),
     "dac_context_release": (ctypes.c_int, (ctypes.c_int64,)),
     "dac_context_release_if_present": (ctypes.c_int, (ctypes.c_int64, ctypes.POINTER(ctypes.c_int))),
+    "dac_context_release_with_workers": (ctypes.c_int, (ctypes.c_int64, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int))),
     "dac_release_contexts_of_worker": (ctypes.c_int, (ctypes.c_int32, ctypes.POINTER(ctypes.c_int64))),
     "dac_reap_idle_contexts": (ctypes.c_int, (ctypes.c_int64, ctypes.POINTER(ctypes.c_int64))),
     "dac_current_context_id": (ctypes.c_int, (ctypes.POINTER(ctypes.c_int64),)),

@@ -1,0 +1,14 @@
+package container
+
+// SetHostValueAsC gives h's context a host value and its drop function as
+// capi.c's dac_context_set_host_value does (C owns setting them; the
+// container only takes them when the record dies): false if h is not live
+// or the context has a value already.
+func SetHostValueAsC(c *Container, h uint64, value uint64, drop uintptr) bool {
+	r, _, gen := c.record(h)
+	if r == nil || !referenced(r.State.Load(), gen) || !r.HostValue.CompareAndSwap(0, value) {
+		return false
+	}
+	r.HostDrop.Store(drop)
+	return true
+}
