@@ -385,6 +385,18 @@ class DistAutogradContainer {
     detail::check(dac_context_release_if_present(context_id, nullptr));
   }
 
+  // As releaseContextIfPresent, after adding workers to the context's known
+  // workers (one call where a host that records the workers of a pass
+  // itself would otherwise add each, then release); returns whether a
+  // context was released. Not in the native API.
+  bool releaseContextWithWorkers(int64_t context_id, const std::vector<worker_id_t>& workers) {
+    std::vector<int32_t> ids(workers.size());
+    for (size_t i = 0; i < workers.size(); i++) ids[i] = detail::toC(workers[i]);
+    int released = 0;
+    detail::check(dac_context_release_with_workers(context_id, ids.data(), ids.size(), &released));
+    return released != 0;
+  }
+
   // Returns normally if the context exists, else throws "Could not find
   // autograd context with id: N".
   void isValidContext(int64_t context_id) { detail::check(dac_context_is_valid(context_id)); }

@@ -158,6 +158,29 @@ void testDelivery(DistAutogradContainer& c) {
   DistAutogradContainer::setCleanupSender(nullptr);
 }
 
+// The workers a host recorded itself, carried by the release: told as the
+// context's own known workers are, each once; an absent context releases
+// nothing and tells no one.
+void testReleaseWithWorkers(DistAutogradContainer& c) {
+  Recorder rec;
+  DistAutogradContainer::setCleanupSender([&rec](worker_id_t w, int64_t id) {
+    rec.add(w, id);
+    return true;
+  });
+  ContextPtr ctx = c.newContext();
+  const int64_t id = ctx->contextId();
+  ctx->addKnownWorkerId(4);
+  CHECK(c.releaseContextWithWorkers(id, {4, 6, -25536}));
+  CHECK_EQ(DistAutogradContainer::currentContextId(), int64_t{-1});
+  CHECK(!c.releaseContextWithWorkers(id, {7}));
+  CHECK_EQ(DistAutogradContainer::cleanupFlush(kFlush), int64_t{0});
+  CHECK_EQ(rec.of(id), (std::vector<std::pair<int, int64_t>>{{-25536, id}, {4, id}, {6, id}}));
+  const std::unordered_set<worker_id_t> known = ctx->getKnownWorkerIds();
+  CHECK_EQ(known.size(), size_t{3});
+  CHECK(known.count(4) == 1 && known.count(6) == 1 && known.count(-25536) == 1);
+  DistAutogradContainer::setCleanupSender(nullptr);
+}
+
 void testReleaseDoesNotWait(DistAutogradContainer& c) {
   Recorder rec;
   Gate gate;
@@ -322,6 +345,7 @@ void testArguments() {
 int scenarioMain() {
   DistAutogradContainer& c = DistAutogradContainer::init(3);
   testDelivery(c);
+  testReleaseWithWorkers(c);
   testReleaseDoesNotWait(c);
   testFailures(c);
   testUnset(c);
