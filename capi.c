@@ -652,11 +652,33 @@ int dac_context_unref(dac_context *ctx) {
 	}
 }
 
-static __attribute__((noinline)) int context_id_slow(dac_context *ctx, int64_t *out) {
+/* A handle's id, read without entering Go: 1 if h is a referenced handle
+** of a record C can read (base: the records, 0 before the view is known).
+** The state word is read after the id: if it still shows the handle's
+** generation, referenced, the id was that life's. A death moves the
+** generation on before the record takes another id (records.go: die, then
+** create), so an id read from a later life is always followed by another
+** generation; and the handle's holder got it after its life's id was
+** written, so no earlier life's id is read either. */
+static inline __attribute__((always_inline)) int read_id(uintptr_t base, uint64_t h, int64_t *out) {
+	uint32_t index = (uint32_t)h;
+	if (__builtin_expect(base == 0 || index >= DACC_MAX_RECORDS, 0))
+		return 0;
+	const dacc_record *r = (const dacc_record *)(base + (uintptr_t)index * sizeof(dacc_record));
+	int64_t id = __atomic_load_n(&r->id, __ATOMIC_ACQUIRE);
+	if (!referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), (uint32_t)(h >> 32)))
+		return 0;
+	*out = id;
+	return 1;
+}
+
+static __attribute__((noinline, cold)) int context_id_slow(dac_context *ctx, int64_t *out) {
 	if (c_forked)
 		return forked("dac_context_id");
 	if (out == NULL)
 		return reject(DAC_ERR_INVALID_ARGUMENT, "dac_context_id", "out must not be NULL");
+	if (view() != NULL && read_id(__atomic_load_n(&g_records, __ATOMIC_ACQUIRE), to_handle(ctx), out))
+		return DAC_OK;
 	return dacgo_context_id(to_handle(ctx), out, err());
 }
 
@@ -673,18 +695,10 @@ int dac_context_unref_many(dac_context *const *ctxs, size_t count) {
 	return last;
 }
 
+/* The slow path out of line: the fast one is a leaf that saves nothing. */
 int dac_context_id(dac_context *ctx, int64_t *out) {
-	uint32_t gen;
-	dacc_record *r = handle_record(to_handle(ctx), &gen);
-	if (__builtin_expect(r != NULL && out != NULL, 1) && referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
-		int64_t id = __atomic_load_n(&r->id, __ATOMIC_ACQUIRE);
-		/* Still the same life of the record: one that died in between has
-		** another generation now, reused or not. */
-		if (referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
-			*out = id;
-			return DAC_OK;
-		}
-	}
+	if (__builtin_expect(out != NULL && read_id(__atomic_load_n(&g_records, __ATOMIC_ACQUIRE), to_handle(ctx), out), 1))
+		return DAC_OK;
 	return context_id_slow(ctx, out);
 }
 
