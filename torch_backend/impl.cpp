@@ -276,8 +276,8 @@ bool release_with_torch_workers(int64_t id) {
       many.resize(known.size());
       ids = many.data();
     }
-    for (auto w : known)
-      ids[n++] = static_cast<int32_t>(w);
+    for (auto w : known)  // torch's int16_t worker id: 40000 is -25536
+      ids[n++] = static_cast<int32_t>(static_cast<uint16_t>(w));
   }
   // Dropped before the release, so that the release's is the context's
   // last reference and its death happens there, not in a second call.
