@@ -7,7 +7,8 @@
 ** get-or-create makes, two that start so and are replaced by the ids of
 ** contexts the threads make with dac_context_new. Every thread picks its
 ** operation and id at random: new, current, retrieve, retrieve_if_present,
-** get_or_create, is_valid, release, release_if_present, clear and read its
+** get_or_create, is_valid, release, release_if_present (or
+** release_with_workers, the same step for the container), clear and read its
 ** current id, and dac_context_id, ref and unref on the handles it holds
 ** (some of them references it took from another thread, so several threads
 ** ref and unref one handle at once). Each call is stamped with
@@ -306,7 +307,13 @@ static void op_release(struct worker *w, int if_present) {
 	struct rec *r = begin(w, if_present ? OP_RELEASE_IF_PRESENT : OP_RELEASE, id);
 	int released = 7, rc;
 	if (if_present) {
-		rc = dac_context_release_if_present(id, &released);
+		/* release_with_workers is the same step for the container (the
+		** workers only go to the fan-out): half the time, that one. */
+		static const int32_t workers[2] = {1, 65535};
+		if (next_rand(w) % 2 == 0)
+			rc = dac_context_release_if_present(id, &released);
+		else
+			rc = dac_context_release_with_workers(id, workers, 2, &released);
 		r->result = released;
 	} else {
 		rc = dac_context_release(id);
