@@ -1,11 +1,11 @@
 package main
 
 /*
+#define _GNU_SOURCE // pthread_setname_np
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <time.h>
 
 // The clock's thread: a plain thread, not a goroutine, so that its ticks
@@ -25,7 +25,6 @@ static int64_t dacc_monotonic_ms(void) {
 static void *dacc_clock_run(void *p) {
 	dacc_clock c = *(dacc_clock *)p;
 	free(p);
-	prctl(PR_SET_NAME, "dac-clock"); // what ps and top show
 	int64_t base = dacc_monotonic_ms() - c.start;
 	struct timespec tick = {c.tick_ms / 1000, (c.tick_ms % 1000) * 1000000};
 	for (;;) {
@@ -53,9 +52,12 @@ static int dacc_clock_start(int64_t *word, int64_t start, int64_t tick_ms) {
 	int rc = pthread_create(&t, &attr, dacc_clock_run, c);
 	pthread_attr_destroy(&attr);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0)
+	if (rc != 0) {
 		free(c);
-	return rc;
+		return rc;
+	}
+	pthread_setname_np(t, "dac-clock"); // what ps and top show, from here on
+	return 0;
 }
 */
 import "C"
