@@ -887,14 +887,17 @@ int dac_context_set_host_value(dac_context *ctx, uint64_t value, dac_host_value_
 	GUARD_FORK();
 	CHECK_OUT(current);
 	uint32_t gen;
-	dacc_record *r = handle_record(to_handle(ctx), &gen);
-	if (__builtin_expect(r == NULL || !referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen), 0)) {
-		/* Go says why: not initialized, or which handle is bad. */
+	dacc_record *r;
+	/* Go says why the handle is not usable (not initialized, or which
+	** handle is bad); if Go finds it live (a lookup took a reference to its
+	** context meanwhile, the same life), it is tried again. */
+	while (__builtin_expect((r = handle_record(to_handle(ctx), &gen)) == NULL ||
+	                            !referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen),
+	                        0)) {
 		uint64_t ignored;
 		int rc = dacgo_context_host_value(to_handle(ctx), &ignored, err());
-		if (rc == DAC_OK)
-			rc = reject(DAC_ERR_BAD_HANDLE, __func__, "the handle's context died during the call");
-		return rc;
+		if (rc != DAC_OK)
+			return rc;
 	}
 	if (value == 0)
 		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "the host value must not be 0 (0 means none)");

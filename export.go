@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/metrics"
+	"sync/atomic"
 	"unsafe"
 
 	"distautograd/container"
@@ -38,12 +39,20 @@ func fail(e *C.dacc_error_slot, err error) C.int {
 	return setError(e, container.CodeOf(err), err.Error())
 }
 
-// recoverTo turns a panic into DAC_ERR_INTERNAL: no Go panic may cross into C.
-// Every exported function defers it.
-func recoverTo(e *C.dacc_error_slot, rc *C.int) {
+// goCalls counts the calls from C into Go, in the testing build only
+// (countCalls: export_testing.go, export_release.go).
+var goCalls atomic.Int64
+
+func countCall() {
 	if countCalls {
 		goCalls.Add(1)
 	}
+}
+
+// recoverTo turns a panic into DAC_ERR_INTERNAL: no Go panic may cross into C.
+// Every exported function defers it (and so counts as a call into Go).
+func recoverTo(e *C.dacc_error_slot, rc *C.int) {
+	countCall()
 	if r := recover(); r != nil {
 		*rc = setError(e, container.ErrInternal, fmt.Sprintf("distautograd: internal error (a bug, please report it): %v", r))
 	}
@@ -51,9 +60,7 @@ func recoverTo(e *C.dacc_error_slot, rc *C.int) {
 
 //export dacgo_fill_error
 func dacgo_fill_error(code C.int, e *C.dacc_error_slot) C.int {
-	if countCalls {
-		goCalls.Add(1)
-	}
+	countCall()
 	return setError(e, container.Code(code), container.MessageOf(container.Code(code)))
 }
 

@@ -2,10 +2,6 @@
 
 package main
 
-import "sync/atomic"
-
 // countCalls: only the testing build (export_testing.go) counts the calls
-// from C into Go; here the count compiles away.
+// from C into Go; here countCall compiles to nothing.
 const countCalls = false
-
-var goCalls atomic.Int64

@@ -8,18 +8,12 @@ package main
 */
 import "C"
 
-import (
-	"sync/atomic"
-
-	"distautograd/container"
-)
+import "distautograd/container"
 
 // countCalls: the testing build counts the calls from C into Go (every
 // dacgo_* function but the counter's own), so that tests can check which
 // calls capi.c serves without one.
 const countCalls = true
-
-var goCalls atomic.Int64
 
 // dacgo_testing_go_calls is the Go side of dactest_go_calls: how many calls
 // into Go there have been so far.

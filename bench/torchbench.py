@@ -56,10 +56,7 @@ def worker():
     import torch.distributed.autograd as da
     import torch.distributed.rpc as rpc
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(s.getsockname()[1])
-    s.close()
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", free_port()
     rpc.init_rpc("w0", rank=0, world_size=1)
     t = torch.ones(4, requires_grad=True)
 

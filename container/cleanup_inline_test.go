@@ -255,29 +255,9 @@ func TestInlineSenderCallsBackIntoContainer(t *testing.T) {
 	// effect and outside the container's locks: it can release the next of
 	// a chain from inside (each release a level deeper), and sees its
 	// context gone.
-	var c *Container
-	var calls atomic.Int64
-	send := func(worker uint16, id int64) error {
-		calls.Add(1)
-		if _, err := c.RetrieveContext(id); err == nil {
-			return errors.New("a context is removed before its workers are told")
-		}
-		c.ReleaseContextIfPresent(nil, id+1)
-		c.ReleaseContextsOfWorker(worker)
-		return nil
-	}
-	c, cl := newFanoutContainer(t, 1, send, CleanupOptions{MaxAttempts: 1}, nil, WithShards(1))
-	cl.SetFirstAttemptInline(true)
-	const chain = 50
-	first := FirstID(2)
-	for k := range int64(chain) {
-		ctx, err := c.GetOrCreateContext(first + k)
-		require.NoError(t, err)
-		addWorkers(ctx, 1)
-	}
-	withinDeadline(t, "release", func() { c.ReleaseContextIfPresent(nil, first) })
+	c, cl, calls := releaseChain(t, true)
 	// Everything happened inside that release.
 	assert.Zero(t, c.NumContexts(), "the chain released every context")
-	assert.Equal(t, CleanupStats{Sent: chain}, cl.Stats())
-	assert.Equal(t, int64(chain), calls.Load())
+	assert.Equal(t, CleanupStats{Sent: chainLen}, cl.Stats())
+	assert.Equal(t, int64(chainLen), calls.Load())
 }

@@ -200,33 +200,44 @@ func TestCleanupSenderCallsBackIntoContainer(t *testing.T) {
 	// The sender runs on a FanoutQueue goroutine and may call anything on the
 	// container, releases included (a host that delivers a cleanup to
 	// itself); a chain of releases made from inside senders completes.
-	var c *Container
-	var cl *FanoutQueue
-	var calls atomic.Int64
+	c, cl, calls := releaseChain(t, false)
+	s := flushCleanup(t, cl)
+	assert.Zero(t, c.NumContexts(), "the chain released every context")
+	assert.Equal(t, CleanupStats{Sent: chainLen}, s)
+	assert.Equal(t, int64(chainLen), calls.Load())
+}
+
+// chainLen is how many contexts releaseChain stores.
+const chainLen = 50
+
+// releaseChain stores chainLen contexts, each known to worker 1 (to its
+// sender, this container itself), and releases the first, from whose
+// delivery the sender releases the next, and so on: the chain goes one
+// release inside another, on a FanoutQueue goroutine, or on the releasing
+// goroutine when inline. The sender checks that its context is gone before
+// it is told, and calls is how many times it ran.
+func releaseChain(t *testing.T, inline bool) (c *Container, cl *FanoutQueue, calls *atomic.Int64) {
+	calls = new(atomic.Int64)
 	send := func(worker uint16, id int64) error {
 		calls.Add(1)
 		if _, err := c.RetrieveContext(id); err == nil {
 			return errors.New("a context is removed before its workers are told")
 		}
 		_ = c.NumContexts()
-		// Worker 1 is this container itself: release the next of the chain.
 		c.ReleaseContextIfPresent(nil, id+1)
 		c.ReleaseContextsOfWorker(worker)
 		return nil
 	}
 	c, cl = newFanoutContainer(t, 1, send, CleanupOptions{MaxAttempts: 1}, nil, WithShards(1))
-	const chain = 50
+	cl.SetFirstAttemptInline(inline)
 	first := FirstID(2)
-	for k := range int64(chain) {
+	for k := range int64(chainLen) {
 		ctx, err := c.GetOrCreateContext(first + k)
 		require.NoError(t, err)
 		addWorkers(ctx, 1)
 	}
 	withinDeadline(t, "release", func() { c.ReleaseContextIfPresent(nil, first) })
-	s := flushCleanup(t, cl)
-	assert.Zero(t, c.NumContexts(), "the chain released every context")
-	assert.Equal(t, CleanupStats{Sent: chain}, s)
-	assert.Equal(t, int64(chain), calls.Load())
+	return c, cl, calls
 }
 
 // peers joins containers whose Cleanups deliver to each other directly: the
