@@ -50,12 +50,14 @@ func countCall() {
 }
 
 // recoverTo turns a panic into DAC_ERR_INTERNAL: no Go panic may cross into C.
-// Every exported function defers it (and so counts as a call into Go).
+// Every exported function defers it (and so counts as a call into Go, and
+// keeps its P: keepP).
 func recoverTo(e *C.dacc_error_slot, rc *C.int) {
 	countCall()
 	if r := recover(); r != nil {
 		*rc = setError(e, container.ErrInternal, fmt.Sprintf("distautograd: internal error (a bug, please report it): %v", r))
 	}
+	keepP()
 }
 
 //export dacgo_fill_error
@@ -164,6 +166,7 @@ func debugInfo(c *container.Container) map[string]int64 {
 		"refused_contexts":            c.RefusedContexts(),
 		"live_handles":                c.LiveReferences(),
 		"go_heap_bytes":               goHeapLiveBytes(),
+		"sched_yields":                keeper.Yields(),
 	}
 	cleanupDebugInfo(m)
 	return m

@@ -371,10 +371,14 @@ func TestOpsDebugInfo(t *testing.T) {
 	require.Len(t, objects, 2)
 	text, err := json.Marshal(objects[0]) // sorted keys, no spaces: the library's form
 	require.NoError(t, err)
-	for _, m := range objects { // the Go heap's size is the runtime's: only its presence is the contract
-		require.Contains(t, m, "go_heap_bytes")
-		assert.GreaterOrEqual(t, m["go_heap_bytes"], int64(0))
-		delete(m, "go_heap_bytes")
+	// The Go heap's size and the yields to Go's scheduler are the runtime's:
+	// only their presence is the contract (TestSchedYields counts yields).
+	for _, m := range objects {
+		for _, key := range []string{"go_heap_bytes", "sched_yields"} {
+			require.Contains(t, m, key)
+			assert.GreaterOrEqual(t, m[key], int64(0))
+			delete(m, key)
+		}
 	}
 	want := map[string]int64{
 		"num_autograd_contexts": 0, "num_current_backward_passes": 0, "max_contexts": 0,
