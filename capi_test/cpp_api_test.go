@@ -37,6 +37,22 @@ func TestCppAPI(t *testing.T) {
 	}
 }
 
+// TestCppAPISanitized runs the main scenario of api_test.cpp built with
+// AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer against the
+// library built with go build -asan: ContextPtr's per-thread free lists of
+// blocks (a block made on one thread is freed on another, and each thread's
+// list goes back to the heap when it ends) are checked there.
+func TestCppAPISanitized(t *testing.T) {
+	t.Parallel()
+	env := sanitizedEnv(t)
+	bin := cppBuild(t, t.TempDir(), "api_test_asan", "api_test.cpp", "c++17", append(cppAgainstLibrary(t), sanitizerFlags...)...)
+	r := runEnv(t, env, bin, "main")
+	if r.Code != 0 || !strings.HasPrefix(r.Stdout, "PASS ") {
+		t.Fatalf("api_test main (sanitized): exit %d\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	assertNoSanitizerReport(t, r.Stderr)
+}
+
 // TestCppSignatures compiles capi_test/cpp/signatures_check.cpp, whose
 // static_asserts hold distautograd.hpp to the native member function
 // signatures (as native_decls.hpp restates them), in C++14 and C++17.

@@ -61,6 +61,15 @@ func cannotSanitize(t *testing.T, why string) {
 // it skips (fails under CI) where that cannot be done, saying why.
 func buildSanitized(t *testing.T, src string) (string, []string) {
 	t.Helper()
+	env := sanitizedEnv(t)
+	return buildC(t, src, sanitizerFlags...), env
+}
+
+// sanitizedEnv returns the environment that runs a sanitized program
+// against build/asan/libdistautograd.so, once it has checked that one can
+// be built and run here; it skips (fails under CI) where not, saying why.
+func sanitizedEnv(t *testing.T) []string {
+	t.Helper()
 	root := repoRoot(t)
 	if why, err := os.ReadFile(filepath.Join(root, "build", "asan", "UNAVAILABLE")); err == nil {
 		cannotSanitize(t, "go build -asan failed: "+strings.TrimSpace(string(why)))
@@ -72,8 +81,7 @@ func buildSanitized(t *testing.T, src string) (string, []string) {
 	if out, err := exec.Command("gcc", append(sanitizerFlags, "-o", probe+".bin", probe)...).CombinedOutput(); err != nil {
 		cannotSanitize(t, "gcc -fsanitize=address,undefined does not link: "+strings.TrimSpace(string(out)))
 	}
-	bin := buildC(t, src, sanitizerFlags...)
-	return bin, append([]string{"LD_LIBRARY_PATH=" + filepath.Dir(lib)}, sanitizerEnv...)
+	return append([]string{"LD_LIBRARY_PATH=" + filepath.Dir(lib)}, sanitizerEnv...)
 }
 
 // assertNoSanitizerReport fails the test if stderr holds a sanitizer's report.

@@ -225,10 +225,80 @@ class DistAutogradContext {
 
 namespace detail {
 
-// What every ContextPtr points to: one allocation for the object and the
-// shared_ptr's count (make_shared), which a lookup's cost is mostly made of.
+// What every ContextPtr points to: one block for the object and the
+// shared_ptr's counts, as make_shared makes, but taken from a free list of
+// the calling thread's (BlockAllocator): a lookup's cost was mostly
+// malloc's and free's.
 struct ContextObject final : DistAutogradContext {
   explicit ContextObject(dac_context* handle) noexcept : DistAutogradContext(handle) {}
+};
+
+// The blocks of one type a thread keeps for reuse. Trivially destructible,
+// so that it stays usable while the thread ends; BlockListOwner gives the
+// blocks back to the heap then.
+template <typename T>
+struct BlockList {
+  static constexpr int kCapacity = 32;
+  void* blocks[kCapacity];
+  int count;
+  bool owned;   // a BlockListOwner will empty it at thread exit
+  bool closed;  // it has: blocks go straight back to the heap
+};
+
+template <typename T>
+inline BlockList<T>& blockList() noexcept {
+  static thread_local BlockList<T> list{};
+  return list;
+}
+
+template <typename T>
+struct BlockListOwner {
+  ~BlockListOwner() {
+    BlockList<T>& l = blockList<T>();
+    l.closed = true;
+    while (l.count > 0) {
+      ::operator delete(l.blocks[--l.count]);
+    }
+  }
+};
+
+// An allocator of single blocks through the calling thread's BlockList; a
+// block freed on another thread joins that thread's list. Any other request
+// goes to the heap.
+template <typename T>
+struct BlockAllocator {
+  using value_type = T;
+  BlockAllocator() noexcept = default;
+  template <typename U>
+  BlockAllocator(const BlockAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    BlockList<T>& l = blockList<T>();
+    if (n == 1 && l.count > 0) {
+      return static_cast<T*>(l.blocks[--l.count]);
+    }
+    return static_cast<T*>(::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    BlockList<T>& l = blockList<T>();
+    if (n == 1 && !l.closed && l.count < BlockList<T>::kCapacity) {
+      if (!l.owned) {
+        l.owned = true;
+        static thread_local BlockListOwner<T> owner;  // registers the emptying at thread exit
+        (void)owner;
+      }
+      l.blocks[l.count++] = p;
+      return;
+    }
+    ::operator delete(p);
+  }
+  template <typename U>
+  bool operator==(const BlockAllocator<U>&) const noexcept {
+    return true;
+  }
+  template <typename U>
+  bool operator!=(const BlockAllocator<U>&) const noexcept {
+    return false;
+  }
 };
 
 // Takes ownership of a new reference: nullptr stays nullptr.
@@ -237,7 +307,7 @@ inline ContextPtr wrap(dac_context* handle) {
     return nullptr;
   }
   try {
-    return std::make_shared<ContextObject>(handle);
+    return std::allocate_shared<ContextObject>(BlockAllocator<ContextObject>(), handle);
   } catch (...) {
     (void)dac_context_unref(handle);
     throw;

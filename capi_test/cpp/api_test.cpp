@@ -586,6 +586,48 @@ void testExtensions(DistAutogradContainer& c) {
   CHECK_EQ(c.releaseContextsOfWorker(9), int64_t{1});
 }
 
+// Every ContextPtr's block comes from its thread's free list and goes back
+// to the freeing thread's: blocks made on one thread and dropped on others,
+// threads that end with blocks listed (their lists go back to the heap:
+// the sanitized run's LeakSanitizer checks it), a thread that ends while
+// it still holds a ContextPtr, reuse within a thread. Each object still
+// holds its own reference, and every reference is dropped once.
+void testBlocks(DistAutogradContainer& c) {
+  const int64_t base = liveHandles();
+  ContextPtr keep = c.newContext();
+  const int64_t id = keep->contextId();
+  c.clearCurrentContext();
+  std::vector<ContextPtr> made;
+  std::thread([&] {
+    for (int i = 0; i < 100; ++i) made.push_back(c.retrieveContext(id));
+  }).join();
+  CHECK_EQ(liveHandles(), base + 101);
+  std::vector<std::thread> droppers;
+  for (int t = 0; t < 4; ++t) {
+    droppers.emplace_back([&, t] {
+      for (int i = t; i < 100; i += 4) made[i].reset();
+      ContextPtr mine = c.retrieveContext(id);  // from this thread's list
+      CHECK_EQ(mine->contextId(), id);
+    });
+  }
+  for (auto& th : droppers) th.join();
+  CHECK_EQ(liveHandles(), base + 1);
+  ContextPtr held;
+  std::thread([&] { held = c.retrieveContext(id); }).join();  // outlives its thread
+  CHECK_EQ(held->contextId(), id);
+  const void* first = nullptr;
+  for (int i = 0; i < 3; ++i) {  // one thread's drop and retrieve reuse a block
+    ContextPtr r = c.retrieveContext(id);
+    CHECK_EQ(r->contextId(), id);
+    if (first == nullptr) first = r.get();
+    else CHECK(r.get() == first);
+  }
+  held.reset();
+  keep.reset();
+  CHECK_EQ(liveHandles(), base);
+  c.releaseContext(id);
+}
+
 int scenarioMain() {
   DistAutogradContainer& c = DistAutogradContainer::init(3);
   testCurrentContext(c);
@@ -593,6 +635,7 @@ int scenarioMain() {
   testIds(c);
   testContextState(c);
   testHandles(c);
+  testBlocks(c);
   testGuard(c);
   testThreads(c);
   testFanOut(c);
