@@ -28,7 +28,7 @@ var keeper ptick.Keeper
 func keepP() {
 	p := procPin()
 	procUnpin()
-	if keeper.Due(p, nanotime()) {
+	if keeper.Due(p, nanotime) {
 		runtime.Gosched()
 	}
 }

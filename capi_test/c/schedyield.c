@@ -2,9 +2,9 @@
 ** per 8 ms, and never on a quiet one (internal/ptick says why), as
 ** dac_debug_info's sched_yields counts; every call still does its work.
 **
-** Quiet: one call each 2 ms or more for 100 ms (at most 5 calls in an 8 ms
-** interval, under ptick's 16; sleeping longer under load only spreads them
-** out) yields 0 times. Busy: calls back to back yield within 10 s (the
+** Quiet: two calls into Go each 2 ms or more for 100 ms (at most 8 in an
+** 8 ms interval, 12 by the first clock read past its end, under ptick's
+** 16; sleeping longer under load only spreads them out) yields 0 times. Busy: calls back to back yield within 10 s (the
 ** first busy interval that ends does, however the thread is held off), and
 ** at most (T / 8 ms + 1) times on each P over T ms (at most one P a core). */
 #include "check.h"

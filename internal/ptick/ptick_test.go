@@ -7,33 +7,35 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// calls makes n calls on p spread over [from, to), returning how many were
-// due.
-func calls(k *Keeper, p int, n int, from, to int64) int {
-	due := 0
+// run makes n calls on p spread evenly over [from, to) and returns how many
+// were due and how often the clock was read.
+func run(k *Keeper, p int, n int, from, to int64) (due, reads int) {
 	for i := 0; i < n; i++ {
-		if k.Due(p, from+(to-from)*int64(i)/int64(n)) {
+		now := from + (to-from)*int64(i)/int64(n)
+		if k.Due(p, func() int64 { reads++; return now }) {
 			due++
 		}
 	}
-	return due
+	return due, reads
 }
 
 func TestBusyPYieldsOncePerInterval(t *testing.T) {
 	var k Keeper
-	const start = Interval // the zero value's interval starts at 0
-	require.Equal(t, 0, calls(&k, 3, MinCalls, 0, start), "none inside the first interval")
-	require.True(t, k.Due(3, start), "busy in the interval that ends here")
-	require.Equal(t, 0, calls(&k, 3, 10*MinCalls, start+1, start+Interval), "inside the next one")
-	require.True(t, k.Due(3, start+Interval), "at its end")
-	require.Equal(t, int64(2), k.Yields())
+	// 100 calls an interval over 50 intervals: busy throughout. The first
+	// interval starts at 0 (the zero value), so each of the 49 that end
+	// inside the run yields once, at its first clock read past its end.
+	due, reads := run(&k, 3, 5000, 0, 50*Interval)
+	require.Equal(t, 49, due)
+	require.Equal(t, int64(49), k.Yields())
+	require.Equal(t, 5000/CheckEvery, reads, "the clock read on every CheckEvery-th call only")
 }
 
 func TestQuietPNeverYields(t *testing.T) {
 	var k Keeper
-	for i := int64(1); i <= 100; i++ {
-		require.Equal(t, 0, calls(&k, 0, MinCalls-2, i*Interval, (i+1)*Interval), "interval %d", i)
-	}
+	// Half MinCalls an interval, for 100 intervals: an interval's count,
+	// taken at the first clock read past its end, stays under MinCalls.
+	due, _ := run(&k, 0, 100*MinCalls/2, 0, 100*Interval)
+	require.Equal(t, 0, due)
 	require.Equal(t, int64(0), k.Yields())
 }
 
@@ -41,26 +43,29 @@ func TestQuietPNeverYields(t *testing.T) {
 // calls before the wait made the interval busy.
 func TestBusyThenIdle(t *testing.T) {
 	var k Keeper
-	calls(&k, 1, MinCalls, 1, Interval/2)
-	require.True(t, k.Due(1, 50*Interval))
-	require.False(t, k.Due(1, 100*Interval), "the interval before was quiet")
+	run(&k, 1, 2*MinCalls, 1, Interval/2)
+	due, _ := run(&k, 1, CheckEvery, 50*Interval, 50*Interval+1)
+	require.Equal(t, 1, due)
+	due, _ = run(&k, 1, CheckEvery, 100*Interval, 100*Interval+1)
+	require.Equal(t, 0, due, "the interval before was quiet")
 }
 
 func TestPsAreIndependent(t *testing.T) {
 	var k Keeper
-	calls(&k, 0, MinCalls, 1, Interval)
-	calls(&k, 1, 1, 1, Interval)
-	require.True(t, k.Due(0, Interval))
-	require.False(t, k.Due(1, Interval), "p1 was quiet")
+	busy, _ := run(&k, 0, 10*100, 0, 10*Interval)
+	quiet, _ := run(&k, 1, 10*CheckEvery, 0, 10*Interval)
+	require.Equal(t, 9, busy)
+	require.Equal(t, 0, quiet)
 }
 
 // A P id beyond the table shares a slot (Ps sharing a slot count their
 // calls together: they may yield more, never less).
 func TestPsBeyondTheTableShareSlots(t *testing.T) {
 	var k Keeper
-	calls(&k, slots+5, MinCalls/2, 1, Interval/2)
-	calls(&k, 5, MinCalls/2, Interval/2, Interval)
-	require.True(t, k.Due(-5, Interval))
+	run(&k, slots+5, MinCalls, 1, Interval/2)
+	run(&k, 5, MinCalls, Interval/2, Interval)
+	due, _ := run(&k, -5, CheckEvery, Interval, Interval+1)
+	require.Equal(t, 1, due)
 }
 
 // Over any stretch of calls at most one yield per P per Interval: what
@@ -75,12 +80,11 @@ func TestYieldsBoundedUnderConcurrentPs(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := int64(1); i <= steps; i++ {
-				k.Due(p, i*step)
+				k.Due(p, func() int64 { return i * step })
 			}
 		}()
 	}
 	wg.Wait()
-	// Intervals end at Interval, 2*Interval, ... 100*Interval; the first
-	// (0 to Interval) was busy too.
+	// Intervals end at Interval, 2*Interval, ... 100*Interval.
 	require.Equal(t, int64(ps*(steps*step/Interval)), k.Yields())
 }
