@@ -401,6 +401,18 @@ static inline dacc_record *record_at(const dacc_view *v, uint32_t index) {
 	return (dacc_record *)(v->records + (uintptr_t)index * sizeof(dacc_record));
 }
 
+/* The record handle h names among the records at base, and its
+** generation; NULL if base is 0 (the view not known yet) or the index is
+** past every record. A leaf: no call, so dac_context_id's fast path stays
+** one too. */
+static inline __attribute__((always_inline)) dacc_record *record_of(uintptr_t base, uint64_t h, uint32_t *gen) {
+	uint32_t index = (uint32_t)h;
+	if (__builtin_expect(base == 0 || index >= DACC_MAX_RECORDS, 0))
+		return NULL;
+	*gen = (uint32_t)(h >> 32);
+	return (dacc_record *)(base + (uintptr_t)index * sizeof(dacc_record));
+}
+
 /* The record a handle names, or NULL before the view is known (before
 ** dac_init, or in a forked child) or for an index past every record. */
 static inline __attribute__((always_inline)) dacc_record *handle_record(uint64_t h, uint32_t *gen) {
@@ -410,11 +422,7 @@ static inline __attribute__((always_inline)) dacc_record *handle_record(uint64_t
 			return NULL;
 		base = __atomic_load_n(&g_records, __ATOMIC_ACQUIRE);
 	}
-	uint32_t index = (uint32_t)h;
-	if (__builtin_expect(index >= DACC_MAX_RECORDS, 0))
-		return NULL;
-	*gen = (uint32_t)(h >> 32);
-	return (dacc_record *)(base + (uintptr_t)index * sizeof(dacc_record));
+	return record_of(base, h, gen);
 }
 
 /* Whether a state word is the referenced life gen of its record. */
@@ -661,12 +669,12 @@ int dac_context_unref(dac_context *ctx) {
 ** generation; and the handle's holder got it after its life's id was
 ** written, so no earlier life's id is read either. */
 static inline __attribute__((always_inline)) int read_id(uintptr_t base, uint64_t h, int64_t *out) {
-	uint32_t index = (uint32_t)h;
-	if (__builtin_expect(base == 0 || index >= DACC_MAX_RECORDS, 0))
+	uint32_t gen;
+	const dacc_record *r = record_of(base, h, &gen);
+	if (__builtin_expect(r == NULL, 0))
 		return 0;
-	const dacc_record *r = (const dacc_record *)(base + (uintptr_t)index * sizeof(dacc_record));
 	int64_t id = __atomic_load_n(&r->id, __ATOMIC_ACQUIRE);
-	if (!referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), (uint32_t)(h >> 32)))
+	if (!referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen))
 		return 0;
 	*out = id;
 	return 1;

@@ -264,27 +264,21 @@ bool release_with_torch_workers(int64_t id) {
   check(dac_context_retrieve_if_present(id, &h.h));
   if (h.h == nullptr)
     return false;
-  int32_t inline_ids[16];
-  std::vector<int32_t> many;
-  int32_t* ids = inline_ids;
-  size_t n = 0;
+  std::vector<int32_t> ids;
   uint64_t v = 0;
   check(dac_context_host_value(h.h, &v));
   if (v != 0) {
     auto known = (*reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(v)))->getKnownWorkerIds();
-    if (known.size() > 16) {
-      many.resize(known.size());
-      ids = many.data();
-    }
+    ids.reserve(known.size());
     for (auto w : known)  // torch's int16_t worker id: 40000 is -25536
-      ids[n++] = static_cast<int32_t>(static_cast<uint16_t>(w));
+      ids.push_back(static_cast<int32_t>(static_cast<uint16_t>(w)));
   }
   // Dropped before the release, so that the release's is the context's
   // last reference and its death happens there, not in a second call.
   dac_context_unref(h.h);
   h.h = nullptr;
   int released = 0;
-  check(dac_context_release_with_workers(id, ids, n, &released));
+  check(dac_context_release_with_workers(id, ids.data(), ids.size(), &released));
   return released != 0;
 }
 
