@@ -26,9 +26,9 @@ var keeper ptick.Keeper
 // with calls into Go, so that sysmon does not take the P back at every
 // call (see package ptick). Every call into Go runs it, on its way out.
 func keepP() {
-	p := procPin()
+	due := keeper.Due(procPin(), nanotime) // pinned: p's slot is this call's alone
 	procUnpin()
-	if keeper.Due(p, nanotime) {
+	if due {
 		runtime.Gosched()
 	}
 }

@@ -33,16 +33,22 @@ const Interval = int64(8 * time.Millisecond)
 // the step slower).
 const MinCalls = 16
 
-// CheckEvery: a P's clock is read on every CheckEvery-th call only (a read
-// costs about 25 ns, a quarter of a call into Go). An interval's end is
-// then seen at the first read past it, so its calls are counted up to
-// then: a busy P's reads come well within an Interval, and a P with half
-// MinCalls an interval or fewer never yields.
-const CheckEvery = 4
+// A P's clock is read only now and then (a read costs about 25 ns here, a
+// quarter of a call into Go): on every CheckEvery-th call, or on a P that
+// called faster in its last interval, about ReadsPerInterval times an
+// interval at that rate, with at most MaxEvery calls between reads. An
+// interval's end is seen at the first read past it, so its calls are
+// counted up to then: a busy P's reads come well within an Interval, and a
+// P with half MinCalls an interval or fewer never yields. A P whose rate
+// falls sharply may see one interval's end late, by at most MaxEvery calls.
+const (
+	CheckEvery       = 4
+	ReadsPerInterval = 16
+	MaxEvery         = 256
+)
 
-// slots is the number of Ps tracked apart; Ps beyond share slots (a
-// shared slot only yields more often, never less).
-const slots = 256
+// slots is the number of Ps tracked; a P with a higher id never yields.
+const slots = 1024
 
 // Keeper says when a P is due to yield. Its zero value is ready to use.
 type Keeper struct {
@@ -51,37 +57,56 @@ type Keeper struct {
 }
 
 type slot struct {
-	at    atomic.Int64 // the start of the P's interval
-	calls atomic.Int64 // calls on the P since
-	_     [48]byte     // a cache line each: Ps run on different cores
+	at    int64 // the start of the P's interval
+	calls int64 // calls on the P since
+	left  int64 // calls until the next clock read
+	every int64 // calls between reads in this interval (0: CheckEvery)
+	_     [32]byte
 }
 
 // Due counts a call running on P p and reports whether it should yield:
 // when p's interval is over and p was busy in it. clock gives the time
-// (ns, monotonic) and is called on every CheckEvery-th call of p only. An
-// interval that ends starts the next, with or without a yield. Only the
-// thread holding p calls it for p, so its steps need not be one atomic
-// step.
+// (ns, monotonic) and is called now and then only (see CheckEvery). An
+// interval that ends starts the next, with or without a yield.
+//
+// The caller holds p and cannot lose it during the call (it is pinned to
+// p: runtime.procPin), so p's slot is the caller's alone and needs no
+// atomics: a locked instruction, or Go's atomic store (an exchange), on
+// every call into Go would cost as much as the clock reads it spares.
 func (k *Keeper) Due(p int, clock func() int64) bool {
-	if p < 0 {
-		p = -p
+	if p < 0 || p >= slots {
+		return false
 	}
-	s := &k.last[p%slots]
-	calls := s.calls.Add(1)
-	if calls%CheckEvery != 0 {
+	s := &k.last[p]
+	s.calls++
+	if s.left--; s.left > 0 {
 		return false
 	}
 	now := clock()
-	if now-s.at.Load() < Interval {
+	elapsed := now - s.at
+	if elapsed < Interval {
+		s.left = max(s.every, CheckEvery)
 		return false
 	}
-	s.at.Store(now)
-	s.calls.Store(0)
+	calls := s.calls
+	s.every = readGap(calls, elapsed)
+	s.left = s.every
+	s.at = now
+	s.calls = 0
 	if calls < MinCalls {
 		return false
 	}
 	k.yields.Add(1)
 	return true
+}
+
+// readGap is how many calls to make between clock reads for a P that made
+// calls in the elapsed ns (at least an Interval) of its last interval:
+// ReadsPerInterval reads an interval at that rate, within [CheckEvery,
+// MaxEvery].
+func readGap(calls, elapsed int64) int64 {
+	gap := calls * (Interval / ReadsPerInterval) / elapsed // no overflow below 10^13 calls
+	return min(max(gap, CheckEvery), MaxEvery)
 }
 
 // Yields is the number of yields Due has asked for.
