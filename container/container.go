@@ -412,7 +412,7 @@ func (c *Container) ReleaseContextWithWorkers(t *Thread, id int64, workers []uin
 
 func (c *Container) notify(ctx *Context) {
 	box := c.fanout.Load()
-	if box == nil {
+	if box == nil || !ctx.hasWorkers.Load() {
 		return
 	}
 	if workers := ctx.KnownWorkerIDs(); len(workers) > 0 {

@@ -297,10 +297,17 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 	gen := stateGen(r.State.Load()) // dead: the generation its next life takes
 	ctx := newContext(id)
 	r.ID.Store(id)
-	r.NWorkers.Store(0)
-	r.LastUsed.Store(coarseNow())
-	r.HostValue.Store(0)
-	r.HostDrop.Store(0)
+	// The rest is zero already (die took the host's value, and most
+	// contexts have no known workers): each Go atomic store is a locked
+	// exchange, so only what is not gets written.
+	if r.NWorkers.Load() != 0 {
+		r.NWorkers.Store(0)
+	}
+	touchRecord(r)
+	if r.HostValue.Load() != 0 || r.HostDrop.Load() != 0 { // set through a dead handle after the death
+		r.HostValue.Store(0)
+		r.HostDrop.Store(0)
+	}
 	ctx.rec.Store(r)
 	c.recs.ctxSlot(idx).Store(ctx)
 	if s.count >= int(s.buckets.Mask+1) {
@@ -403,7 +410,10 @@ func (c *Container) die(s *indexShard, r *Record, idx uint32) dying {
 		ctx.rec.Store(nil)
 		ctx.mu.Unlock()
 	}
-	d := dying{drop: r.HostDrop.Swap(0), value: r.HostValue.Swap(0)}
+	var d dying
+	if r.HostValue.Load() != 0 { // the drop is set after the value, if at all
+		d = dying{drop: r.HostDrop.Swap(0), value: r.HostValue.Swap(0)}
+	}
 	c.freeRecord(s, r, idx)
 	return d
 }
