@@ -3,6 +3,7 @@ package container
 import (
 	"math/bits"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -256,9 +257,9 @@ func (c *Container) GetOrCreateContextHandle(id int64) (uint64, error) {
 func (c *Container) getOrCreate(id int64, ref bool) (*Context, uint64, error) {
 	s := c.shard(id)
 	s.mu.RLock()
-	ctx, h, err := c.lookupLocked(s, id, ref)
+	ctx, h, found, err := c.lookupLocked(s, id, ref)
 	s.mu.RUnlock()
-	if ctx != nil || err != nil {
+	if found || err != nil {
 		return ctx, h, err
 	}
 	if err := c.reserve(); err != nil {
@@ -276,37 +277,36 @@ func (c *Container) getOrCreate(id int64, ref bool) (*Context, uint64, error) {
 // getOrCreateLocked returns the context listed under id or creates it (the
 // caller counted it live), with a referenced handle if ref; s.mu is held.
 func (c *Container) getOrCreateLocked(s *indexShard, id int64, ref bool) (ctx *Context, h uint64, created bool, err error) {
-	if ctx, h, err = c.lookupLocked(s, id, ref); ctx != nil || err != nil {
+	found := false
+	if ctx, h, found, err = c.lookupLocked(s, id, ref); found || err != nil {
 		return ctx, h, false, err
 	}
 	ctx, h, err = c.create(s, id, ref)
 	return ctx, h, err == nil, err
 }
 
-// lookupLocked returns the context listed under id (nil if none), touched,
-// with a referenced handle if ref; s.mu is held (either way).
-func (c *Container) lookupLocked(s *indexShard, id int64, ref bool) (*Context, uint64, error) {
+// lookupLocked finds the context listed under id and touches it: with a
+// referenced handle if ref, else its *Context; s.mu is held (either way).
+func (c *Container) lookupLocked(s *indexShard, id int64, ref bool) (ctx *Context, h uint64, found bool, err error) {
 	r, idx := c.find(s, id)
 	if r == nil {
-		return nil, 0, nil
+		return nil, 0, false, nil
 	}
 	touchRecord(r)
-	ctx := c.recs.ctxSlot(idx).Load()
 	if !ref {
-		return ctx, 0, nil
+		return c.contextOf(r, idx), 0, true, nil
 	}
-	h, err := retain(r, idx)
-	if err != nil {
-		return nil, 0, err
+	if h, err = retain(r, idx); err != nil {
+		return nil, 0, true, err
 	}
-	return ctx, h, nil
+	return nil, h, true, nil
 }
 
 // RetrieveContextIfPresent returns the context stored under id, or nil.
 func (c *Container) RetrieveContextIfPresent(id int64) *Context {
 	s := c.shard(id)
 	s.mu.RLock()
-	ctx, _, _ := c.lookupLocked(s, id, false)
+	ctx, _, _, _ := c.lookupLocked(s, id, false)
 	s.mu.RUnlock()
 	return ctx
 }
@@ -324,7 +324,7 @@ func (c *Container) RetrieveContext(id int64) (*Context, error) {
 func (c *Container) RetrieveContextHandle(id int64) (uint64, error) {
 	s := c.shard(id)
 	s.mu.RLock()
-	_, h, err := c.lookupLocked(s, id, true)
+	_, h, _, err := c.lookupLocked(s, id, true)
 	s.mu.RUnlock()
 	return h, err
 }
@@ -392,7 +392,13 @@ func (c *Container) ReleaseContextWithWorkers(t *Thread, id int64, workers []uin
 	var d dying
 	if r != nil {
 		ctx = c.recs.ctxSlot(idx).Load()
-		d = c.unlist(s, r, idx)
+		var died bool
+		d, died = c.unlist(s, r, idx)
+		if ctx == nil && !died && len(workers) > 0 {
+			// Handles still refer to it: the workers go into its known
+			// workers, where they read them.
+			ctx = c.contextOf(r, idx)
+		}
 	}
 	s.mu.Unlock()
 	if r == nil {
@@ -402,44 +408,63 @@ func (c *Container) ReleaseContextWithWorkers(t *Thread, id int64, workers []uin
 	if t != nil && t.current == id {
 		t.current = InvalidID
 	}
-	for _, w := range workers {
-		ctx.AddKnownWorkerID(w)
+	if ctx != nil {
+		for _, w := range workers {
+			ctx.AddKnownWorkerID(w)
+		}
+		workers = nil
 	}
-	c.notify(ctx)
+	c.notify(id, ctx, workers)
 	c.drop(d)
 	return true
 }
 
-func (c *Container) notify(ctx *Context) {
+// notify hands a released context's known workers, and extra ones (for a
+// context with no *Context: it had none), to the fan-out. ctx may be nil.
+func (c *Container) notify(id int64, ctx *Context, extra []uint16) {
 	box := c.fanout.Load()
-	if box == nil || !ctx.hasWorkers.Load() {
+	if box == nil {
 		return
 	}
-	if workers := ctx.KnownWorkerIDs(); len(workers) > 0 {
-		box.n.Release(ctx.id, workers)
+	var workers []uint16
+	if ctx != nil && ctx.hasWorkers.Load() {
+		workers = ctx.KnownWorkerIDs()
+	}
+	for _, w := range extra {
+		if !slices.Contains(workers, w) {
+			workers = append(workers, w)
+		}
+	}
+	if len(workers) > 0 {
+		box.n.Release(id, workers)
 	}
 }
 
 // releaseWhere releases every context for which match returns true, fanning
 // out as a release does, and returns how many it released.
-func (c *Container) releaseWhere(match func(*Context, *Record) bool) int {
+func (c *Container) releaseWhere(match func(*Record) bool) int {
+	type released1 struct {
+		id  int64
+		ctx *Context // nil: it had none, so no known workers either
+	}
 	released := 0
-	var batch []*Context
+	var batch []released1
 	var dead []dying
 	for i := range c.shards {
 		s := &c.shards[i]
 		batch, dead = batch[:0], dead[:0]
 		s.mu.Lock()
 		c.each(s, func(r *Record, idx uint32) {
-			if ctx := c.recs.ctxSlot(idx).Load(); match(ctx, r) {
-				batch = append(batch, ctx)
-				dead = append(dead, c.unlist(s, r, idx))
+			if match(r) {
+				batch = append(batch, released1{r.ID.Load(), c.recs.ctxSlot(idx).Load()})
+				d, _ := c.unlist(s, r, idx)
+				dead = append(dead, d)
 			}
 		})
 		s.mu.Unlock()
 		c.live.Add(-int64(len(batch)))
-		for _, ctx := range batch {
-			c.notify(ctx)
+		for _, b := range batch {
+			c.notify(b.id, b.ctx, nil)
 		}
 		for _, d := range dead {
 			c.drop(d)
@@ -453,7 +478,7 @@ func (c *Container) releaseWhere(match func(*Context, *Record) bool) int {
 // (context_id >> 48): what a worker that died mid-pass left behind here,
 // which no cleanup message will ever reach. It returns how many it released.
 func (c *Container) ReleaseContextsOfWorker(originWorker uint16) int {
-	return c.releaseWhere(func(ctx *Context, _ *Record) bool { return OriginWorker(ctx.id) == originWorker })
+	return c.releaseWhere(func(r *Record) bool { return OriginWorker(r.ID.Load()) == originWorker })
 }
 
 // ReapIdleContexts releases every context not used (created, retrieved,
@@ -464,7 +489,7 @@ func (c *Container) ReapIdleContexts(idleMs int64) (int, error) {
 		return 0, Errorf(ErrInvalidArgument, "max_idle_ms must be >= 0, got %d", idleMs)
 	}
 	now := coarseNow()
-	return c.releaseWhere(func(_ *Context, r *Record) bool { return now-r.LastUsed.Load() >= idleMs }), nil
+	return c.releaseWhere(func(r *Record) bool { return now-r.LastUsed.Load() >= idleMs }), nil
 }
 
 // NewAutogradMessageID returns the next autograd message id, or ErrExhausted.

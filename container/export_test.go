@@ -12,3 +12,17 @@ func SetHostValueAsC(c *Container, h uint64, value uint64, drop uintptr) bool {
 	r.HostDrop.Store(drop)
 	return true
 }
+
+// HasGoContext reports whether h's context has its *Context yet.
+func HasGoContext(c *Container, h uint64) bool {
+	idx, _ := SplitHandle(h)
+	return c.recs.ctxSlot(idx).Load() != nil
+}
+
+// DropRefAsC drops one of h's references as capi.c's dac_context_unref
+// does when it is not the last of a released context: one decrement of the
+// state word.
+func DropRefAsC(c *Container, h uint64) {
+	r, _, _ := c.record(h)
+	r.State.Add(^uint64(0))
+}

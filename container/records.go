@@ -295,7 +295,6 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 	}
 	r := c.recs.at(idx)
 	gen := stateGen(r.State.Load()) // dead: the generation its next life takes
-	ctx := newContext(id)
 	r.ID.Store(id)
 	// The rest is zero already (die took the host's value, and most
 	// contexts have no known workers): each Go atomic store is a locked
@@ -308,8 +307,17 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 		r.HostValue.Store(0)
 		r.HostDrop.Store(0)
 	}
-	ctx.rec.Store(r)
-	c.recs.ctxSlot(idx).Store(ctx)
+	// The Go API hands its *Context out; a context made for a handle gets
+	// one only when something needs it (contextOf): most never do, and
+	// their creation then allocates nothing on Go's heap.
+	var ctx *Context
+	if !ref {
+		ctx = newContext(id)
+		ctx.rec.Store(r)
+	}
+	if slot := c.recs.ctxSlot(idx); ctx != nil || slot.Load() != nil {
+		slot.Store(ctx)
+	}
 	if s.count >= int(s.buckets.Mask+1) {
 		if err := c.growIndex(s); err != nil {
 			c.freeRecord(s, r, idx)
@@ -384,8 +392,10 @@ type dying struct {
 
 // unlist releases the record at idx: out of the index and no longer listed
 // (from here no lookup on either side finds it); if no handle refers to it,
-// it dies. s.mu is held for writing.
-func (c *Container) unlist(s *indexShard, r *Record, idx uint32) dying {
+// it dies (died). s.mu is held for writing: a record that did not die stays
+// alive until it is released (its last reference goes through Go, under
+// s.mu).
+func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d dying, died bool) {
 	c.unlink(s, r, idx)
 	for {
 		st := r.State.Load()
@@ -395,11 +405,28 @@ func (c *Container) unlist(s *indexShard, r *Record, idx uint32) dying {
 		}
 		if r.State.CompareAndSwap(st, next) {
 			if stateRefs(st) == 0 {
-				return c.die(s, r, idx)
+				return c.die(s, r, idx), true
 			}
-			return dying{}
+			return dying{}, false
 		}
 	}
+}
+
+// contextOf returns the *Context of the record at idx, made now if it has
+// none yet. The caller holds the shard's lock (either way) and the record
+// is alive (listed, or referenced): it cannot die meanwhile, as a death
+// takes the lock for writing.
+func (c *Container) contextOf(r *Record, idx uint32) *Context {
+	slot := c.recs.ctxSlot(idx)
+	if ctx := slot.Load(); ctx != nil {
+		return ctx
+	}
+	ctx := newContext(r.ID.Load())
+	ctx.rec.Store(r)
+	if slot.CompareAndSwap(nil, ctx) {
+		return ctx
+	}
+	return slot.Load()
 }
 
 // die recycles a record whose state just turned dead, into the free list
@@ -473,6 +500,18 @@ func (c *Container) HandleContext(h uint64) (*Context, error) {
 		return nil, errBadHandle(h)
 	}
 	ctx := c.recs.ctxSlot(idx).Load()
+	if ctx == nil {
+		// Made on first use, under the lock of the record's shard, where a
+		// record still referenced in the handle's life cannot die. (Had it
+		// died and been reused meanwhile, under another id, the generation
+		// says so and nothing is made.)
+		s := c.shard(r.ID.Load())
+		s.mu.RLock()
+		if referenced(r.State.Load(), gen) {
+			ctx = c.contextOf(r, idx)
+		}
+		s.mu.RUnlock()
+	}
 	// Still the same life of the record: one that died in between has
 	// another generation now, even if it was reused.
 	if ctx == nil || !referenced(r.State.Load(), gen) {

@@ -1,6 +1,7 @@
 package container_test
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -116,4 +117,78 @@ func TestIndexGrows(t *testing.T) {
 func setHostValue(t testing.TB, c *container.Container, h uint64, value uint64, drop uintptr) {
 	t.Helper()
 	assert.True(t, container.SetHostValueAsC(c, h, value, drop), "a live handle, no host value yet")
+}
+
+// A context made for a handle has no *Context until something needs one
+// (its creation allocates nothing on Go's heap); the one made then is the
+// context's only one, whoever asks, from any number of goroutines.
+func TestHandleContextMadeOnFirstUse(t *testing.T) {
+	c := newContainer(t)
+	h, err := c.GetOrCreateContextHandle(first3)
+	require.NoError(t, err)
+	assert.False(t, container.HasGoContext(c, h), "none made at creation")
+
+	const n = 16
+	got := make([]*container.Context, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, err := c.HandleContext(h)
+			assert.NoError(t, err)
+			got[i] = ctx
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		require.Same(t, got[0], got[i])
+	}
+	assert.Equal(t, first3, got[0].ID())
+	viaGo, err := c.RetrieveContext(first3)
+	require.NoError(t, err)
+	assert.Same(t, got[0], viaGo, "the Go API hands out the same one")
+
+	// A context the Go API made has its *Context from the start, and a
+	// handle to it names that one.
+	goCtx, err := c.GetOrCreateContext(first3 + 1)
+	require.NoError(t, err)
+	h2, err := c.RetrieveContextHandle(first3 + 1)
+	require.NoError(t, err)
+	assert.True(t, container.HasGoContext(c, h2))
+	viaHandle, err := c.HandleContext(h2)
+	require.NoError(t, err)
+	assert.Same(t, goCtx, viaHandle)
+}
+
+// A release with workers of a context that never had a *Context: when the
+// release is its death, the workers go straight to the fan-out (nothing is
+// made); when handles still refer to it, they go into its known workers,
+// where those handles read them.
+func TestReleaseWithWorkersOfAHandleContext(t *testing.T) {
+	c := newContainer(t)
+	rec := &recorder{}
+	c.SetFanout(rec)
+
+	h, err := c.GetOrCreateContextHandle(first3)
+	require.NoError(t, err)
+	done, err := c.UnrefLast(h)
+	require.NoError(t, err)
+	require.False(t, done, "listed: C drops it")
+	container.DropRefAsC(c, h)
+	assert.True(t, c.ReleaseContextWithWorkers(nil, first3, []uint16{3, 5, 3}))
+	assert.Equal(t, []uint16{3, 5}, rec.calls[first3], "repeats are one worker")
+	_, err = c.HandleContext(h)
+	assert.Equal(t, container.ErrBadHandle, container.CodeOf(err), "it died in the release")
+
+	held, err := c.GetOrCreateContextHandle(first3 + 1)
+	require.NoError(t, err)
+	assert.True(t, c.ReleaseContextWithWorkers(nil, first3+1, []uint16{4, 2}))
+	assert.Equal(t, []uint16{4, 2}, rec.calls[first3+1])
+	ctx, err := c.HandleContext(held)
+	require.NoError(t, err, "a handle keeps it readable")
+	assert.Equal(t, []uint16{4, 2}, ctx.KnownWorkerIDs())
+	done, err = c.UnrefLast(held)
+	require.NoError(t, err)
+	assert.True(t, done)
 }
