@@ -432,7 +432,8 @@ func (c *Container) contextOf(r *Record, idx uint32) *Context {
 // die recycles a record whose state just turned dead, into the free list
 // of s (s.mu held for writing), and returns its host value to drop.
 func (c *Container) die(s *indexShard, r *Record, idx uint32) dying {
-	if ctx := c.recs.ctxSlot(idx).Swap(nil); ctx != nil {
+	if slot := c.recs.ctxSlot(idx); slot.Load() != nil { // most have none (contextOf)
+		ctx := slot.Swap(nil)
 		ctx.mu.Lock()
 		ctx.rec.Store(nil)
 		ctx.mu.Unlock()
