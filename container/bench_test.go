@@ -169,7 +169,7 @@ func (s *benchSyncMap) newContext(t *Thread) (*Context, error) {
 		s.live.Add(-1)
 		return nil, err
 	}
-	ctx := newContext(id)
+	ctx := newContext(nil, id)
 	s.m.Store(id, ctx)
 	t.current = id
 	return ctx, nil
@@ -209,7 +209,7 @@ func (s *benchSyncMap) getOrCreate(id int64) (*Context, error) {
 	if err := s.reserve(); err != nil {
 		return nil, err
 	}
-	v, loaded := s.m.LoadOrStore(id, newContext(id))
+	v, loaded := s.m.LoadOrStore(id, newContext(nil, id))
 	if loaded {
 		s.live.Add(-1)
 		v.(*Context).touch()

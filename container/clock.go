@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // The reaper needs to know when a context was last used, but reading the
@@ -48,11 +49,11 @@ func clockWord() *atomic.Int64 {
 }
 
 func startClock() {
-	p, err := offHeap(8, syscall.PROT_READ|syscall.PROT_WRITE)
+	b, err := offHeap(8, syscall.PROT_READ|syscall.PROT_WRITE) // the process's, never unmapped
 	if err != nil {
 		panic(err) // no room for 8 bytes: nothing else will work either
 	}
-	clockMs = (*atomic.Int64)(p)
+	clockMs = (*atomic.Int64)(unsafe.Pointer(&b[0]))
 	now := time.Since(clockStart).Milliseconds()
 	clockMs.Store(now)
 	if d := clockDriver.Load(); d != nil && *d != nil && (*d)(clockMs, now, clockTick) {

@@ -34,6 +34,7 @@ type Container struct {
 	mask      int64
 	recs      recordTable
 	view      *View
+	maps      *mappings
 
 	live    atomic.Int64 // contexts stored now
 	maxLive atomic.Int64 // cap on live contexts; 0: none
@@ -91,19 +92,22 @@ func New(workerID int64, opts ...Option) (*Container, error) {
 	for _, o := range opts {
 		o(c)
 	}
+	c.maps = &mappings{}
 	if err := c.initStorage(); err != nil {
+		c.maps.unmapAll()
 		return nil, err
 	}
+	runtime.AddCleanup(c, (*mappings).unmapAll, c.maps)
 	return c, nil
 }
 
 // initStorage maps the records and the view C reads, and makes the shards.
 func (c *Container) initStorage() error {
 	n := 1 << bits.Len(uint(min(max(1, c.shardCount), MaxShards)-1))
-	if err := c.recs.init(); err != nil {
+	if err := c.recs.init(c.maps); err != nil {
 		return err
 	}
-	p, err := offHeap(int(unsafe.Sizeof(View{})), syscall.PROT_READ|syscall.PROT_WRITE)
+	p, err := c.maps.offHeap(int(unsafe.Sizeof(View{})), syscall.PROT_READ|syscall.PROT_WRITE)
 	if err != nil {
 		return err
 	}
@@ -116,7 +120,7 @@ func (c *Container) initStorage() error {
 	c.shardBits = uint(bits.TrailingZeros(uint(n)))
 	c.mask = int64(n - 1)
 	for i := range c.shards {
-		b, err := newBucketArray(initialBuckets)
+		b, err := newBucketArray(c.maps, initialBuckets)
 		if err != nil {
 			return err
 		}

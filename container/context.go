@@ -14,6 +14,9 @@ import (
 // whoever still holds it (the native API hands out shared pointers).
 type Context struct {
 	id int64
+	// owner keeps the container, and so the memory rec points into,
+	// mapped while the context is reachable (mappings).
+	owner *Container
 	// rec is the context's record (records.go) while it has one: from its
 	// creation until it is out of the container and unreferenced. Cleared,
 	// under mu, before the record is recycled, so that nothing written
@@ -34,7 +37,7 @@ type Context struct {
 // than a map.
 const manyWorkers = 32
 
-func newContext(id int64) *Context { return &Context{id: id} }
+func newContext(owner *Container, id int64) *Context { return &Context{id: id, owner: owner} }
 
 // ID returns the context id.
 func (c *Context) ID() int64 { return c.id }

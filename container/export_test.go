@@ -26,3 +26,17 @@ func DropRefAsC(c *Container, h uint64) {
 	r, _, _ := c.record(h)
 	r.State.Add(^uint64(0))
 }
+
+// Mappings is a container's memory outside the Go heap; holding it does not
+// keep the container reachable.
+type Mappings = mappings
+
+// MappingsOf returns c's mappings.
+func MappingsOf(c *Container) *Mappings { return c.maps }
+
+// Unmapped reports whether the mappings were given back.
+func (m *mappings) Unmapped() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.unmapped
+}

@@ -160,11 +160,10 @@ type recordTable struct {
 
 type ctxChunk [recordChunk]atomic.Pointer[Context]
 
-// offHeap maps n zeroed bytes outside the Go heap, never unmapped; prot
-// PROT_READ reserves address space only (its pages read as zeros, all one
-// shared page, and a read-only private mapping is not charged to the
-// system's commit limit).
-func offHeap(n int, prot int) (unsafe.Pointer, error) {
+// offHeap maps n zeroed bytes outside the Go heap; prot PROT_READ reserves
+// address space only (its pages read as zeros, all one shared page, and a
+// read-only private mapping is not charged to the system's commit limit).
+func offHeap(n int, prot int) ([]byte, error) {
 	flags := syscall.MAP_ANON | syscall.MAP_PRIVATE
 	if prot != syscall.PROT_READ|syscall.PROT_WRITE {
 		flags |= syscall.MAP_NORESERVE
@@ -173,14 +172,49 @@ func offHeap(n int, prot int) (unsafe.Pointer, error) {
 	if err != nil {
 		return nil, Errorf(ErrLimit, "cannot map %d bytes for contexts: %v", n, err)
 	}
+	return b, nil
+}
+
+// mappings are the regions a Container mapped outside the Go heap (its
+// records, view and bucket arrays, retired ones included). They stay mapped
+// while the Container is reachable, and so while C may read them: C reads
+// only the process's one container, which a global keeps, and every Go
+// object that points into them (a *Context's record) keeps its Container.
+// Once it is not reachable they are unmapped (runtime.AddCleanup, in New),
+// so that a program, or a fuzzer, that makes many containers gets their
+// address space back.
+type mappings struct {
+	mu       sync.Mutex
+	regions  [][]byte
+	unmapped bool
+}
+
+func (m *mappings) offHeap(n int, prot int) (unsafe.Pointer, error) {
+	b, err := offHeap(n, prot)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	m.regions = append(m.regions, b)
+	m.mu.Unlock()
 	return unsafe.Pointer(&b[0]), nil
 }
 
-func (t *recordTable) init() error {
+func (m *mappings) unmapAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, b := range m.regions {
+		_ = syscall.Munmap(b) // nothing to do about a failure: the space stays reserved
+	}
+	m.regions = nil
+	m.unmapped = true
+}
+
+func (t *recordTable) init(m *mappings) error {
 	// Readable from the start: C bounds a handle's index by MaxRecords, a
 	// constant, instead of loading how many records are committed; a record
 	// never committed reads as zeros, generation 0, which no handle has.
-	p, err := offHeap(MaxRecords*recordSize, syscall.PROT_READ)
+	p, err := m.offHeap(MaxRecords*recordSize, syscall.PROT_READ)
 	if err != nil {
 		return err
 	}
@@ -243,8 +277,8 @@ type indexShard struct {
 	_       [64 - 48]byte
 }
 
-func newBucketArray(n int) (*Buckets, error) {
-	p, err := offHeap(int(BucketsHeadsOffset)+4*n, syscall.PROT_READ|syscall.PROT_WRITE)
+func newBucketArray(m *mappings, n int) (*Buckets, error) {
+	p, err := m.offHeap(int(BucketsHeadsOffset)+4*n, syscall.PROT_READ|syscall.PROT_WRITE)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +346,7 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 	// their creation then allocates nothing on Go's heap.
 	var ctx *Context
 	if !ref {
-		ctx = newContext(id)
+		ctx = newContext(c, id)
 		ctx.rec.Store(r)
 	}
 	if slot := c.recs.ctxSlot(idx); ctx != nil || slot.Load() != nil {
@@ -346,7 +380,7 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 // never freed, as a reader may still be in it.
 func (c *Container) growIndex(s *indexShard) error {
 	old := s.buckets
-	b, err := newBucketArray(int(old.Mask+1) * 2)
+	b, err := newBucketArray(c.maps, int(old.Mask+1)*2)
 	if err != nil {
 		return err
 	}
@@ -421,7 +455,7 @@ func (c *Container) contextOf(r *Record, idx uint32) *Context {
 	if ctx := slot.Load(); ctx != nil {
 		return ctx
 	}
-	ctx := newContext(r.ID.Load())
+	ctx := newContext(c, r.ID.Load())
 	ctx.rec.Store(r)
 	if slot.CompareAndSwap(nil, ctx) {
 		return ctx
