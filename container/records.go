@@ -23,14 +23,17 @@ import (
 // safely: once the record dies its generation moves on, and the handle is
 // recognised as dead however the record is reused.
 //
-// Reclaiming what C may be reading: record memory is never returned (a
-// reserved region, committed as it grows, so a record's address is fixed for
-// the life of the process), and an index's bucket array replaced by a larger
-// one is kept, not freed (they grow by doubling, so the retired ones take at
-// most as much as the live one). A C reader can therefore always read what
-// it reached; what it read may be stale, and every read it acts on is
-// validated against the record's state word: a record counts as the context
-// for id only while its state says listed and its id is id.
+// Reclaiming what C may be reading: record memory is never returned while
+// the container lives (a reserved region, committed as it grows, so a
+// record's address is fixed), and an index's bucket array replaced by a
+// larger one is kept, not freed (they grow by doubling, so the retired ones
+// take at most as much as the live one). A C reader can therefore always
+// read what it reached; what it read may be stale, and every read it acts
+// on is validated against the record's state word: a record counts as the
+// context for id only while its state says listed and its id is id. (C
+// reads only the process's one container, which lives as long as the
+// process; a container made by New and dropped gives its memory back when
+// it is garbage: mappings.)
 
 // Record is one context as the C ABI sees it (capi_internal.h declares the
 // same layout as dacc_record; export_records.go checks it at compile time).
