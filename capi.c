@@ -504,17 +504,31 @@ static inline __attribute__((always_inline)) int acquire(int64_t id, uint64_t *h
 /* The fast paths below come before the fork guard: in a child they find
 ** no view (clear_for_child) and fall through to it. */
 
-int dac_context_current(dac_context **out) {
-	CHECK_OUT(out);
+static inline __attribute__((always_inline)) int current(const char *fn, dac_context **out) {
 	uint64_t h = 0;
 	if (__builtin_expect(tls_current != DAC_INVALID_ID && acquire(tls_current, &h) == DACC_ACQUIRED, 1)) {
 		*out = to_ptr(h);
 		return DAC_OK;
 	}
-	GUARD_FORK();
+	if (c_forked)
+		return forked(fn);
 	int rc = dacgo_context_current(tls_current, &h, err());
 	if (rc == DAC_OK)
 		*out = to_ptr(h);
+	return rc;
+}
+
+int dac_context_current(dac_context **out) {
+	CHECK_OUT(out);
+	return current(__func__, out);
+}
+
+int dac_context_current_id(dac_context **out, int64_t *context_id) {
+	CHECK_OUT(out);
+	CHECK_OUT(context_id);
+	int rc = current(__func__, out);
+	if (rc == DAC_OK)
+		*context_id = tls_current; /* the id it was found under */
 	return rc;
 }
 

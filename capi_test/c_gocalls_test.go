@@ -26,6 +26,9 @@ func TestCallsServedWithoutGo(t *testing.T) {
 		dac_context_unref(got) -> DAC_OK, calls into Go: 0
 		dac_context_current(&got) -> DAC_OK, calls into Go: 0
 		dac_context_unref(got) -> DAC_OK, calls into Go: 0
+		dac_context_current_id(&got, &got_id) -> DAC_OK, calls into Go: 0
+		its id is the current one: yes
+		dac_context_unref(got) -> DAC_OK, calls into Go: 0
 		dac_context_is_valid(id) -> DAC_OK, calls into Go: 0
 		dac_current_context_id(&cur) -> DAC_OK, calls into Go: 0
 		dac_has_valid_context(&valid) -> DAC_OK, calls into Go: 0

@@ -415,9 +415,9 @@ func TestOpsDebugInfo(t *testing.T) {
 func TestOpsLibrary(t *testing.T) {
 	t.Parallel()
 	assertTranscript(t, `
-		dac_version() = 0.3.0
+		dac_version() = 0.4.0
 		matches DAC_VERSION_STRING: yes
-		dac_version_number() = 3000, DAC_VERSION_NUMBER = 3000
+		dac_version_number() = 4000, DAC_VERSION_NUMBER = 4000
 		0 = DAC_OK
 		1 = DAC_ERR_NOT_INITIALIZED
 		2 = DAC_ERR_INVALID_ARGUMENT

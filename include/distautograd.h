@@ -58,9 +58,9 @@ extern "C" {
 
 /* Version of this header; dac_version() gives the library's. */
 #define DAC_VERSION_MAJOR 0
-#define DAC_VERSION_MINOR 3
+#define DAC_VERSION_MINOR 4
 #define DAC_VERSION_PATCH 0
-#define DAC_VERSION_STRING "0.3.0"
+#define DAC_VERSION_STRING "0.4.0"
 #define DAC_VERSION_NUMBER (DAC_VERSION_MAJOR * 1000000 + DAC_VERSION_MINOR * 1000 + DAC_VERSION_PATCH)
 
 /* Status codes. Values are ABI: they never change. */
@@ -96,7 +96,7 @@ typedef struct dac_context dac_context;
 
 /* ---- Library ------------------------------------------------------------ */
 
-/* Returns the library's version string, e.g. "0.3.0". Never fails; static. */
+/* Returns the library's version string, e.g. "0.4.0". Never fails; static. */
 const char *dac_version(void);
 
 /* Returns the library's DAC_VERSION_NUMBER. Never fails. */
@@ -186,6 +186,11 @@ int dac_context_new_id(dac_context **out, int64_t *context_id);
 ** autograd context data for current autograd context id") if its current id
 ** names a context that was released (by another thread, say). */
 int dac_context_current(dac_context **out);
+
+/* As dac_context_current, and also writes the context's id (the calling
+** thread's current id) to *context_id: one call where a binding pays for
+** each (Python's ctypes). */
+int dac_context_current_id(dac_context **out, int64_t *context_id);
 
 /* Writes a new reference to the context with id context_id, or fails with
 ** DAC_ERR_NOT_FOUND ("Could not find autograd context with id: 12345"). */

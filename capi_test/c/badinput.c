@@ -174,8 +174,12 @@ int main(void) {
 	ROW(dac_context_new_id, "this thread has a current id", DAC_ERR_ALREADY_HAS_CONTEXT, dac_context_new_id(&ctx, &new_id));
 	ROW(dac_context_current, "NULL out", DAC_ERR_INVALID_ARGUMENT, dac_context_current(NULL));
 	ROW(dac_context_current, "a current id no context has", DAC_ERR_NOT_FOUND, dac_context_current(&ctx));
+	ROW(dac_context_current_id, "a current id no context has", DAC_ERR_NOT_FOUND, dac_context_current_id(&ctx, &new_id));
 	MUST(dac_clear_current_context());
 	ROW(dac_context_current, "no current id", DAC_ERR_NO_CURRENT_CONTEXT, dac_context_current(&ctx));
+	ROW(dac_context_current_id, "NULL out", DAC_ERR_INVALID_ARGUMENT, dac_context_current_id(NULL, &new_id));
+	ROW(dac_context_current_id, "NULL context_id", DAC_ERR_INVALID_ARGUMENT, dac_context_current_id(&ctx, NULL));
+	ROW(dac_context_current_id, "no current id", DAC_ERR_NO_CURRENT_CONTEXT, dac_context_current_id(&ctx, &new_id));
 	ROW(dac_context_retrieve, "NULL out", DAC_ERR_INVALID_ARGUMENT, dac_context_retrieve(live_id, NULL));
 	ROW(dac_context_retrieve, "INT64_MIN", DAC_ERR_NOT_FOUND, dac_context_retrieve(INT64_MIN, &ctx));
 	ROW(dac_context_retrieve, "INT64_MAX", DAC_ERR_NOT_FOUND, dac_context_retrieve(INT64_MAX, &ctx));

@@ -91,6 +91,7 @@ static void use_everything(dac_context *parents) {
 	CHILD(dac_context_new(&ctx));
 	CHILD(dac_context_new_id(&ctx, &v));
 	CHILD(dac_context_current(&ctx));
+	CHILD(dac_context_current_id(&ctx, &v));
 	CHILD(dac_context_retrieve(0, &ctx));
 	CHILD(dac_context_retrieve_if_present(0, &ctx));
 	CHILD(dac_context_get_or_create(0, &ctx));

@@ -55,6 +55,10 @@ int main(void) {
 	COUNT(dac_context_unref(got));
 	COUNT(dac_context_current(&got));
 	COUNT(dac_context_unref(got));
+	int64_t got_id = -1;
+	COUNT(dac_context_current_id(&got, &got_id));
+	printf("its id is the current one: %s\n", got_id == id ? "yes" : "no");
+	COUNT(dac_context_unref(got));
 	COUNT(dac_context_is_valid(id));
 	COUNT(dac_current_context_id(&cur));
 	COUNT(dac_has_valid_context(&valid));

@@ -158,6 +158,11 @@ static void run_table(int in_sender) {
 	ROW(dac_context_current, dac_context_current(&h2), RC == DAC_OK);
 	MUST(dac_context_unref(h2));
 	{
+		int64_t cur_id = 0;
+		ROW(dac_context_current_id, dac_context_current_id(&h2, &cur_id), RC == DAC_OK && cur_id == id);
+		MUST(dac_context_unref(h2));
+	}
+	{
 		/* One more, through dac_context_new_id, released at once. */
 		dac_context *h3 = NULL;
 		int64_t id3 = 0;

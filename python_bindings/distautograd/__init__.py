@@ -69,15 +69,13 @@ _dac_max_id = _L.dac_max_id
 _dac_num_contexts = _L.dac_num_contexts
 _dac_context_new = _L.dac_context_new
 _dac_context_new_id = _L.dac_context_new_id
-_dac_context_current = _L.dac_context_current
+_dac_context_current_id = _L.dac_context_current_id
 _dac_context_retrieve = _L.dac_context_retrieve
 _dac_context_retrieve_if_present = _L.dac_context_retrieve_if_present
 _dac_context_get_or_create = _L.dac_context_get_or_create
 _dac_context_is_valid = _L.dac_context_is_valid
 _dac_context_release = _L.dac_context_release
 _dac_context_release_if_present = _L.dac_context_release_if_present
-_dac_current_context_id = _L.dac_current_context_id
-_dac_context_unref = _L.dac_context_unref
 _dac_context_add_known_worker_id = _L.dac_context_add_known_worker_id
 _dac_context_known_worker_ids = _L.dac_context_known_worker_ids
 _dac_context_send_functions = _L.dac_context_send_functions
@@ -251,18 +249,6 @@ def _init(worker_id: int, /) -> None:
         raise _error(rc)
 
 
-def _wrap_current(handle: int) -> DistAutogradContext:
-    """Wraps handle, a reference to this thread's current context, with the
-    thread's current id: only this thread sets it, so reading it is cheaper
-    than asking the context. On failure it drops the reference and raises."""
-    cid = _c_int64()
-    rc = _dac_current_context_id(cid)
-    if rc:
-        _dac_context_unref(handle)
-        raise _error(rc)
-    return _wrap(handle, cid.value)
-
-
 def _new_context() -> DistAutogradContext:
     """Creates a context with the next context id and makes it this thread's
     current context; "Already have an autograd context id for this thread."
@@ -285,10 +271,11 @@ def _current_context() -> DistAutogradContext:
     context data for current autograd context id".
     """
     out = _c_void_p()
-    rc = _dac_context_current(out)
+    cid = _c_int64()
+    rc = _dac_context_current_id(out, cid)
     if rc:
         raise _error(rc)
-    return _wrap_current(out.value)
+    return _wrap(out.value, cid.value)
 
 
 def _retrieve_context(context_id: int, /) -> DistAutogradContext:

@@ -31,6 +31,7 @@ PROTOTYPES = {
     "dac_context_new": (ctypes.c_int, (ctypes.POINTER(ctypes.c_void_p),)),
     "dac_context_new_id": (ctypes.c_int, (ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64))),
     "dac_context_current": (ctypes.c_int, (ctypes.POINTER(ctypes.c_void_p),)),
+    "dac_context_current_id": (ctypes.c_int, (ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64))),
     "dac_context_retrieve": (ctypes.c_int, (ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p))),
     "dac_context_retrieve_if_present": (ctypes.c_int, (ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p))),
     "dac_context_get_or_create": (ctypes.c_int, (ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p))),
