@@ -410,7 +410,10 @@ static inline __attribute__((always_inline)) dacc_record *record_of(uintptr_t ba
 	if (__builtin_expect(base == 0 || index >= DACC_MAX_RECORDS, 0))
 		return NULL;
 	*gen = (uint32_t)(h >> 32);
-	return (dacc_record *)(base + (uintptr_t)index * sizeof(dacc_record));
+	dacc_record *r = (dacc_record *)(base + (uintptr_t)index * sizeof(dacc_record));
+	if (r == NULL) /* never: base is a mapping's address, and the index is bounded */
+		__builtin_unreachable(); /* so callers' NULL tests fold away */
+	return r;
 }
 
 /* The record a handle names, or NULL before the view is known (before
