@@ -24,25 +24,31 @@ import (
 // context's own lock may be taken under a shard lock (to detach a dying
 // record), never the other way round.
 type Container struct {
-	worker   int16 // as the native component stores it: see Init's quirk
-	workerID int64 // as given to New, in [0, 65535]
-	ctxIDs   counter
-	msgIDs   counter
-
-	shards    []indexShard
-	shardBits uint
-	mask      int64
-	recs      recordTable
-	view      *View
-	maps      *mappings
-
-	live    atomic.Int64 // contexts stored now
-	maxLive atomic.Int64 // cap on live contexts; 0: none
-	refused atomic.Int64 // contexts refused by the cap
-	fanout  atomic.Pointer[fanoutBox]
-	dropper atomic.Pointer[HostDropFunc]
-
+	// What every operation reads, and what is written rarely, first; the
+	// two counters written by every creation (the next id) and by every
+	// creation and release (live) each on a cache line of their own, so
+	// that threads creating and releasing at once do not also take the
+	// lines they all read from each other.
+	worker     int16 // as the native component stores it: see Init's quirk
+	workerID   int64 // as given to New, in [0, 65535]
+	shards     []indexShard
+	shardBits  uint
+	mask       int64
+	recs       recordTable
+	view       *View
+	maps       *mappings
+	maxLive    atomic.Int64 // cap on live contexts; 0: none
+	refused    atomic.Int64 // contexts refused by the cap
+	fanout     atomic.Pointer[fanoutBox]
+	dropper    atomic.Pointer[HostDropFunc]
 	shardCount int // as asked for (WithShards), before rounding
+	msgIDs     counter
+
+	_      [64]byte
+	ctxIDs counter
+	_      [64 - 32]byte
+	live   atomic.Int64 // contexts stored now
+	_      [64 - 8]byte
 }
 
 // Fanout is told, outside every lock, which known workers of a released
