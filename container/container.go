@@ -46,9 +46,9 @@ type Container struct {
 
 	_      [64]byte
 	ctxIDs counter
-	_      [64 - 32]byte
+	_      [64 - unsafe.Sizeof(counter{})]byte
 	live   atomic.Int64 // contexts stored now
-	_      [64 - 8]byte
+	_      [64 - unsafe.Sizeof(atomic.Int64{})]byte
 }
 
 // Fanout is told, outside every lock, which known workers of a released
@@ -437,7 +437,7 @@ func (c *Container) notify(id int64, ctx *Context, extra []uint16) {
 		return
 	}
 	var workers []uint16
-	if ctx != nil && ctx.hasWorkers.Load() {
+	if ctx != nil {
 		workers = ctx.KnownWorkerIDs()
 	}
 	for _, w := range extra {

@@ -28,9 +28,6 @@ type Context struct {
 	sends   map[int64]uint64    // autograd message id -> host's send function
 	recvs   map[int64]uint64    // autograd message id -> host's recv function
 	workSet map[uint16]struct{} // index over workers once there are many
-	// hasWorkers is set (under mu) with the first known worker, so that a
-	// release with no one to tell takes no lock and copies nothing.
-	hasWorkers atomic.Bool
 }
 
 // manyWorkers is where looking a worker id up in the slice stops being cheaper
@@ -72,9 +69,6 @@ func (c *Context) AddKnownWorkerID(workerID uint16) {
 		return
 	}
 	c.workers = append(c.workers, workerID)
-	if len(c.workers) == 1 {
-		c.hasWorkers.Store(true)
-	}
 	if r := c.rec.Load(); r != nil { // for C's lookups: the worker, then the count
 		if n := len(c.workers); n <= InlineWorkers {
 			r.Workers[n-1] = workerID

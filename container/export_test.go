@@ -38,5 +38,5 @@ func MappingsOf(c *Container) *Mappings { return c.maps }
 func (m *mappings) Unmapped() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.unmapped
+	return m.regions == nil
 }

@@ -187,9 +187,8 @@ func offHeap(n int, prot int) ([]byte, error) {
 // so that a program, or a fuzzer, that makes many containers gets their
 // address space back.
 type mappings struct {
-	mu       sync.Mutex
-	regions  [][]byte
-	unmapped bool
+	mu      sync.Mutex
+	regions [][]byte // nil once unmapped
 }
 
 func (m *mappings) offHeap(n int, prot int) (unsafe.Pointer, error) {
@@ -210,7 +209,6 @@ func (m *mappings) unmapAll() {
 		_ = syscall.Munmap(b) // nothing to do about a failure: the space stays reserved
 	}
 	m.regions = nil
-	m.unmapped = true
 }
 
 func (t *recordTable) init(m *mappings) error {
@@ -344,22 +342,19 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 		r.HostValue.Store(0)
 		r.HostDrop.Store(0)
 	}
-	// The Go API hands its *Context out; a context made for a handle gets
-	// one only when something needs it (contextOf): most never do, and
-	// their creation then allocates nothing on Go's heap.
-	var ctx *Context
-	if !ref {
-		ctx = newContext(c, id)
-		ctx.rec.Store(r)
-	}
-	if slot := c.recs.ctxSlot(idx); ctx != nil || slot.Load() != nil {
-		slot.Store(ctx)
-	}
 	if s.count >= int(s.buckets.Mask+1) {
 		if err := c.growIndex(s); err != nil {
 			c.freeRecord(s, r, idx)
 			return nil, 0, err
 		}
+	}
+	// The Go API hands its *Context out; a context made for a handle gets
+	// one only when something needs it (contextOf): most never do, and
+	// their creation then allocates nothing on Go's heap. (A free record
+	// has none: its death took it.)
+	var ctx *Context
+	if !ref {
+		ctx = c.contextOf(r, idx)
 	}
 	head := s.buckets.head(bucketOf(id, c.shardBits, s.buckets.Mask))
 	r.Next.Store(head.Load())
@@ -451,8 +446,8 @@ func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d dying, died 
 
 // contextOf returns the *Context of the record at idx, made now if it has
 // none yet. The caller holds the shard's lock (either way) and the record
-// is alive (listed, or referenced): it cannot die meanwhile, as a death
-// takes the lock for writing.
+// is alive (listed, referenced, or being created under the lock): it
+// cannot die meanwhile, as a death takes the lock for writing.
 func (c *Container) contextOf(r *Record, idx uint32) *Context {
 	slot := c.recs.ctxSlot(idx)
 	if ctx := slot.Load(); ctx != nil {
