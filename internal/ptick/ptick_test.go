@@ -3,6 +3,7 @@ package ptick
 import (
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -124,4 +125,21 @@ func TestYieldsBoundedUnderConcurrentPs(t *testing.T) {
 	intervals := int64(steps * step / Interval)
 	require.LessOrEqual(t, k.Yields(), ps*intervals)
 	require.GreaterOrEqual(t, k.Yields(), ps*intervals*9/10)
+}
+
+// The layout that keeps Ps' calls from sharing cache lines: no slot in
+// the line that Due's nil check reads on every call, and no two slots'
+// counters in one line whatever the Keeper's alignment (8 bytes).
+func TestSlotsShareNoLine(t *testing.T) {
+	var k Keeper
+	base := uintptr(unsafe.Pointer(&k))
+	first := uintptr(unsafe.Pointer(&k.last[0])) - base
+	require.GreaterOrEqual(t, first, uintptr(cacheLine), "slot 0 out of the Keeper's first line")
+	size := unsafe.Sizeof(slot{})
+	hot := unsafe.Offsetof(slot{}.every) + unsafe.Sizeof(slot{}.every)
+	for align := uintptr(0); align < cacheLine; align += 8 { // where k's byte 0 lies in its line
+		slot0 := align + first
+		require.Greater(t, slot0/cacheLine, align/cacheLine, "offset %d: slot 0 in the nil check's line", align)
+		require.Less(t, (slot0+hot-1)/cacheLine, (slot0+size)/cacheLine, "offset %d: slots 0 and 1 share a line", align)
+	}
 }
