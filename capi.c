@@ -47,7 +47,10 @@ static volatile int c_forked;
 ** whole wait: the Python package therefore calls dac_fork_prepare from an
 ** os.register_at_fork hook, where ctypes releases the GIL, and the wait
 ** here then finds nothing in flight. */
-int dacc_cb_in_flight;
+/* The count is written by every call into the host, so it has a cache line
+** of its own: beside g_records, which every operation reads, each host
+** callback (a drop, a cleanup send) took that line from the other threads. */
+dacc_line_int dacc_cb_in_flight;
 int dacc_cb_fork_gate;
 __thread int dacc_tls_in_callback;
 
@@ -63,7 +66,7 @@ static int fork_gate_close(int64_t timeout_ms) {
 	int own = dacc_tls_in_callback > 0;
 	struct timespec start, now;
 	clock_gettime(CLOCK_MONOTONIC, &start);
-	while (__atomic_load_n(&dacc_cb_in_flight, __ATOMIC_SEQ_CST) > own) {
+	while (__atomic_load_n(&dacc_cb_in_flight.n, __ATOMIC_SEQ_CST) > own) {
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		int64_t ms = (int64_t)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
 		if (ms >= timeout_ms)

@@ -128,7 +128,10 @@ extern __thread int dacc_tls_in_sender;
 ** fork being prepared), and this thread's depth of calls into the host: a
 ** host callback that calls back into the library and so into the host
 ** again is one call, and never waits at the gate it is already past). */
-extern int dacc_cb_in_flight;
+typedef struct {
+	int n;
+} __attribute__((aligned(64))) dacc_line_int; /* an int alone on its cache line */
+extern dacc_line_int dacc_cb_in_flight;
 extern int dacc_cb_fork_gate;
 extern __thread int dacc_tls_in_callback;
 
@@ -140,17 +143,17 @@ static inline void dacc_callback_enter(void) {
 			struct timespec ts = {0, 50 * 1000};
 			nanosleep(&ts, NULL);
 		}
-		__atomic_add_fetch(&dacc_cb_in_flight, 1, __ATOMIC_SEQ_CST);
+		__atomic_add_fetch(&dacc_cb_in_flight.n, 1, __ATOMIC_SEQ_CST);
 		if (!__atomic_load_n(&dacc_cb_fork_gate, __ATOMIC_SEQ_CST))
 			break;
-		__atomic_sub_fetch(&dacc_cb_in_flight, 1, __ATOMIC_SEQ_CST);
+		__atomic_sub_fetch(&dacc_cb_in_flight.n, 1, __ATOMIC_SEQ_CST);
 	}
 }
 
 static inline void dacc_callback_leave(void) {
 	if (--dacc_tls_in_callback > 0)
 		return;
-	__atomic_sub_fetch(&dacc_cb_in_flight, 1, __ATOMIC_SEQ_CST);
+	__atomic_sub_fetch(&dacc_cb_in_flight.n, 1, __ATOMIC_SEQ_CST);
 }
 
 /* ---- Trampolines: Go's calls into the host ----
