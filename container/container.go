@@ -24,11 +24,11 @@ import (
 // context's own lock may be taken under a shard lock (to detach a dying
 // record), never the other way round.
 type Container struct {
-	// What every operation reads, and what is written rarely, first; the
-	// two counters written by every creation (the next id) and by every
-	// creation and release (live) each on a cache line of their own, so
-	// that threads creating and releasing at once do not also take the
-	// lines they all read from each other.
+	// What every operation reads, and what is written rarely, first; then,
+	// between two lines of padding, the two counters every creation writes
+	// (the next id, live) and every release (live), so that threads
+	// creating and releasing at once trade those lines only, never the
+	// ones they all read.
 	worker     int16 // as the native component stores it: see Init's quirk
 	workerID   int64 // as given to New, in [0, 65535]
 	shards     []indexShard
@@ -44,12 +44,14 @@ type Container struct {
 	shardCount int // as asked for (WithShards), before rounding
 	msgIDs     counter
 
-	_      [64]byte
+	_      [cacheLine]byte
 	ctxIDs counter
-	_      [64 - unsafe.Sizeof(counter{})]byte
 	live   atomic.Int64 // contexts stored now
-	_      [64 - unsafe.Sizeof(atomic.Int64{})]byte
+	_      [cacheLine]byte
 }
+
+// cacheLine is the size of the unit that cores trade on a write.
+const cacheLine = 64
 
 // Fanout is told, outside every lock, which known workers of a released
 // context must release their copies. It must not block: see FanoutQueue for the

@@ -269,13 +269,23 @@ func (t *recordTable) grow() (uint32, error) {
 
 // indexShard is one shard of the container's index: a chained hash table
 // of records whose bucket array C reads, under a lock for Go's writers.
+//
+// Each shard is two cache lines, its state in the first bytes: wherever Go
+// puts the slice (with pointers in it, and past 512 bytes, 8 bytes into a
+// line), no two shards' states share a line, so threads working in two
+// shards at once, as the consecutive ids of two threads' creations do, do
+// not trade one.
 type indexShard struct {
+	shardState
+	_ [2*cacheLine - unsafe.Sizeof(shardState{})]byte
+}
+
+type shardState struct {
 	mu      sync.RWMutex
 	buckets *Buckets
 	count   int    // records linked in
-	free    uint32 // index+1 of the top of this shard's free records
 	slot    int    // its place in View.Buckets
-	_       [64 - 48]byte
+	free    uint32 // index+1 of the top of this shard's free records
 }
 
 func newBucketArray(m *mappings, n int) (*Buckets, error) {
