@@ -91,7 +91,12 @@ struct Real {
 // DistAutogradContext objects; it holds one only for the length of that.
 std::atomic<void*> instance{nullptr};
 std::mutex init_mu;
-std::atomic<int64_t> cleanup_handed{0}, cleanup_torch_failed{0}, factory_made{0};
+// The counts _get_debug_info shows, written by every creation and cleanup
+// send: on lines of their own, away from what every member reads (instance,
+// real, exiting).
+struct alignas(64) Counts {
+  std::atomic<int64_t> cleanup_handed{0}, cleanup_torch_failed{0}, factory_made{0};
+} counts;
 std::atomic<bool> exiting{false};
 
 [[noreturn]] void fail_dac() {
@@ -115,7 +120,7 @@ ContextPtr make_torch_context(int64_t id) {
     self = real.getInstanceInternal();
   ContextPtr p = real.getOrCreateContext(self, id);
   real.releaseContextIfPresent(self, id);
-  factory_made.fetch_add(1, std::memory_order_relaxed);
+  counts.factory_made.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
 
@@ -166,12 +171,12 @@ int send_cleanup(void*, int32_t worker, int64_t context_id) {
                                       ta::CleanupAutogradContextReq(context_id).toMessage(), options);
     fut->addCallback([worker](rpc::JitFuture& f) {
       if (f.hasError()) {
-        cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
+        counts.cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
         fprintf(stderr, "distautograd-torch: Could not release Dist Autograd Context on node %d: %s\n", worker,
                 f.tryRetrieveErrorMessage().c_str());
       }
     });
-    cleanup_handed.fetch_add(1, std::memory_order_relaxed);
+    counts.cleanup_handed.fetch_add(1, std::memory_order_relaxed);
     return 0;
   } catch (const std::exception&) {
     return 1;
@@ -370,11 +375,11 @@ DebugInfo m_getDebugInfo(const void* engine) {
       p = end + 2;
     }
   }
-  info["torch_cleanup_handed"] = static_cast<int>(cleanup_handed.load());
-  info["torch_cleanup_failed"] = static_cast<int>(cleanup_torch_failed.load());
+  info["torch_cleanup_handed"] = static_cast<int>(counts.cleanup_handed.load());
+  info["torch_cleanup_failed"] = static_cast<int>(counts.cleanup_torch_failed.load());
   void* self = instance.load(std::memory_order_acquire);
   info["torch_native_contexts"] = self ? static_cast<int>(real.numAutogradContexts(self)) : 0;
-  info["torch_factory_made"] = static_cast<int>(factory_made.load());
+  info["torch_factory_made"] = static_cast<int>(counts.factory_made.load());
   return info;
 }
 
@@ -390,7 +395,7 @@ bool probe(const char* simulate, char* why, size_t cap) {
     const int64_t probe_id = -2;  // never issued: ids are >= 0
     size_t before = real.numAutogradContexts(self);
     ContextPtr p = make_torch_context(probe_id);
-    factory_made.store(0);
+    counts.factory_made.store(0);
     bool ok = p && p->contextId() == probe_id && p->getKnownWorkerIds().empty();
     if (ok) {
       p->addKnownWorkerId(7);
