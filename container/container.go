@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"unsafe"
+
+	"distautograd/internal/layout"
 )
 
 // Container holds the contexts of one worker and hands out its ids. The C
@@ -50,8 +52,7 @@ type Container struct {
 	_      [cacheLine]byte
 }
 
-// cacheLine is the size of the unit that cores trade on a write.
-const cacheLine = 64
+const cacheLine = layout.CacheLine
 
 // Fanout is told, outside every lock, which known workers of a released
 // context must release their copies. It must not block: see FanoutQueue for the

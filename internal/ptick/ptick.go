@@ -17,6 +17,8 @@ package ptick
 import (
 	"sync/atomic"
 	"time"
+
+	"distautograd/internal/layout"
 )
 
 // Interval is the most time a busy P may go without a yield: below
@@ -64,7 +66,7 @@ type Keeper struct {
 	yields atomic.Int64
 }
 
-const cacheLine = 64
+const cacheLine = layout.CacheLine
 
 type slot struct {
 	at    int64 // the start of the P's interval
