@@ -242,6 +242,33 @@ func TestRewriteSection(t *testing.T) {
 	}
 }
 
+// The torch level's rows carry how far apart the native processes landed,
+// and the table shows it in a column of its own, with what it means.
+func TestTorchSpreadColumn(t *testing.T) {
+	d, n, r, sp := 110.0, 100.0, 1.1, 1.37
+	rep := Report{Date: "2026-01-02T03:04:05Z", Rows: []Row{
+		{Level: "c", Op: "x", Threads: 1, Label: "a C op", DistautogradNs: &d, NativeNs: &n, Ratio: &r},
+		{Level: "torch", Op: "y", Threads: 1, Label: "a torch op", DistautogradNs: &d, NativeNs: &n, Ratio: &r, NativeSpread: &sp},
+	}}
+	var b bytes.Buffer
+	PrintTables(&b, rep)
+	got := b.String()
+	for _, want := range []string{
+		"| a C op | 1 | 110.0 | 100.0 | 1.10 |\n",
+		"| operation | threads | distautograd ns/op | torch as built ns/op | ratio | torch as built, slowest process / fastest |\n",
+		"| a torch op | 1 | 110.0 | 100.0 | 1.10 | 1.37 |\n",
+		"all running the same code",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	var back Row
+	if err := json.Unmarshal([]byte(`{"level":"torch","native_spread":1.5}`), &back); err != nil || back.NativeSpread == nil || *back.NativeSpread != 1.5 {
+		t.Errorf("native_spread not read from bench.json: %v %v", back.NativeSpread, err)
+	}
+}
+
 func TestMedian(t *testing.T) {
 	for _, c := range []struct {
 		in   []float64

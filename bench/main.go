@@ -80,6 +80,9 @@ type Row struct {
 	DistautogradNs *float64 `json:"distautograd_ns"`
 	NativeNs       *float64 `json:"native_ns"`
 	Ratio          *float64 `json:"ratio"`
+	// NativeSpread is the slowest native process's figure over the fastest
+	// one's (torch level): how far apart identical code lands in the run.
+	NativeSpread *float64 `json:"native_spread,omitempty"`
 }
 
 // Report is everything one run measured: build/bench.json.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -147,10 +148,23 @@ func PrintTables(w io.Writer, rep Report) {
 		}[level]
 		native := map[string]string{"c": "native", "python": "torch", "torch": "torch as built"}[level]
 		fmt.Fprintf(w, "\n#### %s\n\n", title)
-		fmt.Fprintf(w, "| operation | threads | distautograd ns/op | %s ns/op | ratio |\n", native)
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+		spread := slices.ContainsFunc(rows, func(r Row) bool { return r.NativeSpread != nil })
+		if spread {
+			fmt.Fprintf(w, "| operation | threads | distautograd ns/op | %s ns/op | ratio | %s, slowest process / fastest |\n", native, native)
+			fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+		} else {
+			fmt.Fprintf(w, "| operation | threads | distautograd ns/op | %s ns/op | ratio |\n", native)
+			fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+		}
 		for _, r := range rows {
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %s |\n", r.Label, r.Threads, num(r.DistautogradNs, 1), num(r.NativeNs, 1), ratio(r.Ratio))
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s |", r.Label, r.Threads, num(r.DistautogradNs, 1), num(r.NativeNs, 1), ratio(r.Ratio))
+			if spread {
+				fmt.Fprintf(w, " %s |", ratio(r.NativeSpread))
+			}
+			fmt.Fprintln(w)
+		}
+		if spread {
+			fmt.Fprintf(w, "\nThe last column is how far apart the processes of %s, all running the same code, landed in this run: a ratio within it is not settled by the run.\n", native)
 		}
 		if level == "c" {
 			fmt.Fprintln(w, "\nWhat one iteration calls (distautograd / native):")
