@@ -149,13 +149,12 @@ func PrintTables(w io.Writer, rep Report) {
 		native := map[string]string{"c": "native", "python": "torch", "torch": "torch as built"}[level]
 		fmt.Fprintf(w, "\n#### %s\n\n", title)
 		spread := slices.ContainsFunc(rows, func(r Row) bool { return r.NativeSpread != nil })
+		head, rule := fmt.Sprintf("| operation | threads | distautograd ns/op | %s ns/op | ratio |", native), "|---|---:|---:|---:|---:|"
 		if spread {
-			fmt.Fprintf(w, "| operation | threads | distautograd ns/op | %s ns/op | ratio | %s, slowest process / fastest |\n", native, native)
-			fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
-		} else {
-			fmt.Fprintf(w, "| operation | threads | distautograd ns/op | %s ns/op | ratio |\n", native)
-			fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+			head += fmt.Sprintf(" %s, slowest process / fastest |", native)
+			rule += "---:|"
 		}
+		fmt.Fprintf(w, "%s\n%s\n", head, rule)
 		for _, r := range rows {
 			fmt.Fprintf(w, "| %s | %d | %s | %s | %s |", r.Label, r.Threads, num(r.DistautogradNs, 1), num(r.NativeNs, 1), ratio(r.Ratio))
 			if spread {

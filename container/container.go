@@ -269,20 +269,18 @@ func (c *Container) GetOrCreateContextHandle(id int64) (uint64, error) {
 
 func (c *Container) getOrCreate(id int64, ref bool) (*Context, uint64, error) {
 	s := c.shard(id)
-	s.mu.RLock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	ctx, h, found, err := c.lookupLocked(s, id, ref)
-	s.mu.RUnlock()
 	if found || err != nil {
 		return ctx, h, err
 	}
-	if err := c.reserve(); err != nil {
+	if err := c.reserve(); err != nil { // an existing context is never refused
 		return nil, 0, err
 	}
-	s.mu.Lock()
-	ctx, h, created, err := c.getOrCreateLocked(s, id, ref)
-	s.mu.Unlock()
-	if !created {
-		c.live.Add(-1) // another thread created it first, or it failed
+	ctx, h, err = c.create(s, id, ref)
+	if err != nil {
+		c.live.Add(-1)
 	}
 	return ctx, h, err
 }
@@ -299,7 +297,7 @@ func (c *Container) getOrCreateLocked(s *indexShard, id int64, ref bool) (ctx *C
 }
 
 // lookupLocked finds the context listed under id and touches it: with a
-// referenced handle if ref, else its *Context; s.mu is held (either way).
+// referenced handle if ref, else its *Context; s.mu is held.
 func (c *Container) lookupLocked(s *indexShard, id int64, ref bool) (ctx *Context, h uint64, found bool, err error) {
 	r, idx := c.find(s, id)
 	if r == nil {
@@ -318,9 +316,9 @@ func (c *Container) lookupLocked(s *indexShard, id int64, ref bool) (ctx *Contex
 // RetrieveContextIfPresent returns the context stored under id, or nil.
 func (c *Container) RetrieveContextIfPresent(id int64) *Context {
 	s := c.shard(id)
-	s.mu.RLock()
+	s.mu.Lock()
 	ctx, _, _, _ := c.lookupLocked(s, id, false)
-	s.mu.RUnlock()
+	s.mu.Unlock()
 	return ctx
 }
 
@@ -336,18 +334,18 @@ func (c *Container) RetrieveContext(id int64) (*Context, error) {
 // context stored under id; 0 and no error if there is none.
 func (c *Container) RetrieveContextHandle(id int64) (uint64, error) {
 	s := c.shard(id)
-	s.mu.RLock()
+	s.mu.Lock()
 	_, h, _, err := c.lookupLocked(s, id, true)
-	s.mu.RUnlock()
+	s.mu.Unlock()
 	return h, err
 }
 
 // IsValidContext returns nil if a context is stored under id, else ErrNotFound.
 func (c *Container) IsValidContext(id int64) error {
 	s := c.shard(id)
-	s.mu.RLock()
+	s.mu.Lock()
 	r, _ := c.find(s, id)
-	s.mu.RUnlock()
+	s.mu.Unlock()
 	if r == nil {
 		return errNotFound(id)
 	}
@@ -522,9 +520,9 @@ func (c *Container) ContextIDs() []int64 {
 	var ids []int64
 	for i := range c.shards {
 		s := &c.shards[i]
-		s.mu.RLock()
+		s.mu.Lock()
 		c.each(s, func(r *Record, _ uint32) { ids = append(ids, r.ID.Load()) })
-		s.mu.RUnlock()
+		s.mu.Unlock()
 	}
 	return ids
 }

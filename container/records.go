@@ -281,7 +281,10 @@ type indexShard struct {
 }
 
 type shardState struct {
-	mu      shardMutex
+	// mu is Go's writers' lock, and its own lookups': a plain mutex, as C
+	// reads without it (a read-write lock would cost every creation and
+	// release four more locked instructions).
+	mu      sync.Mutex
 	buckets *Buckets
 	count   int    // records linked in
 	slot    int    // its place in View.Buckets
@@ -299,7 +302,7 @@ func newBucketArray(m *mappings, n int) (*Buckets, error) {
 }
 
 // find returns the record listed under id in shard s, and its index, or nil;
-// s.mu is held (either way), so the chains are still.
+// s.mu is held, so the chains are still.
 func (c *Container) find(s *indexShard, id int64) (*Record, uint32) {
 	b := s.buckets
 	for i := b.head(bucketOf(id, c.shardBits, b.Mask)).Load(); i != 0; {
@@ -326,7 +329,7 @@ func (c *Container) each(s *indexShard, f func(r *Record, idx uint32)) {
 }
 
 // create makes a record for a new context under id and links it into s
-// (s.mu held for writing), referenced once if ref.
+// (s.mu held), referenced once if ref.
 func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64, error) {
 	var idx uint32
 	if s.free != 0 {
@@ -381,10 +384,10 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 	return ctx, 0, nil
 }
 
-// growIndex moves shard s to a bucket array twice the size (s.mu held for
-// writing). C readers still in the old array may miss a record while its
-// chain is rewritten: the old array's change count, odd from here on, sends
-// their misses to Go, which looks under the lock. The old array is kept,
+// growIndex moves shard s to a bucket array twice the size (s.mu held). C
+// readers still in the old array may miss a record while its chain is
+// rewritten: the old array's change count, odd from here on, sends their
+// misses to Go, which looks under the lock. The old array is kept,
 // never freed, as a reader may still be in it.
 func (c *Container) growIndex(s *indexShard) error {
 	old := s.buckets
@@ -408,7 +411,7 @@ func (c *Container) growIndex(s *indexShard) error {
 	return nil
 }
 
-// unlink takes the record at idx out of s's chains (s.mu held for writing).
+// unlink takes the record at idx out of s's chains (s.mu held).
 func (c *Container) unlink(s *indexShard, r *Record, idx uint32) {
 	link := s.buckets.head(bucketOf(r.ID.Load(), c.shardBits, s.buckets.Mask))
 	for i := link.Load(); i != 0; i = link.Load() {
@@ -434,7 +437,7 @@ type dying struct {
 
 // unlist releases the record at idx: out of the index and no longer listed
 // (from here no lookup on either side finds it); if no handle refers to it,
-// it dies (died). s.mu is held for writing: a record that did not die stays
+// it dies (died). s.mu is held: a record that did not die stays
 // alive until it is released (its last reference goes through Go, under
 // s.mu).
 func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d dying, died bool) {
@@ -455,9 +458,9 @@ func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d dying, died 
 }
 
 // contextOf returns the *Context of the record at idx, made now if it has
-// none yet. The caller holds the shard's lock (either way) and the record
-// is alive (listed, referenced, or being created under the lock): it
-// cannot die meanwhile, as a death takes the lock for writing.
+// none yet. The caller holds the shard's lock, under which alone a slot is
+// written, and the record is alive (listed, referenced, or being created
+// under the lock): it cannot die meanwhile, as a death takes the lock.
 func (c *Container) contextOf(r *Record, idx uint32) *Context {
 	slot := c.recs.ctxSlot(idx)
 	if ctx := slot.Load(); ctx != nil {
@@ -465,14 +468,12 @@ func (c *Container) contextOf(r *Record, idx uint32) *Context {
 	}
 	ctx := newContext(c, r.ID.Load())
 	ctx.rec.Store(r)
-	if slot.CompareAndSwap(nil, ctx) {
-		return ctx
-	}
-	return slot.Load()
+	slot.Store(ctx)
+	return ctx
 }
 
 // die recycles a record whose state just turned dead, into the free list
-// of s (s.mu held for writing), and returns its host value to drop.
+// of s (s.mu held), and returns its host value to drop.
 func (c *Container) die(s *indexShard, r *Record, idx uint32) dying {
 	if slot := c.recs.ctxSlot(idx); slot.Load() != nil { // most have none (contextOf)
 		ctx := slot.Swap(nil)
@@ -549,11 +550,11 @@ func (c *Container) HandleContext(h uint64) (*Context, error) {
 		// died and been reused meanwhile, under another id, the generation
 		// says so and nothing is made.)
 		s := c.shard(r.ID.Load())
-		s.mu.RLock()
+		s.mu.Lock()
 		if referenced(r.State.Load(), gen) {
 			ctx = c.contextOf(r, idx)
 		}
-		s.mu.RUnlock()
+		s.mu.Unlock()
 	}
 	// Still the same life of the record: one that died in between has
 	// another generation now, even if it was reused.
@@ -627,12 +628,3 @@ func (c *Container) HostValue(h uint64) (uint64, error) {
 	}
 	return r.HostValue.Load(), nil
 }
-
-// shardMutex is a shard's lock: a plain mutex whose read side is its write
-// side. Lookups that take it are Go's own (C reads without locks), and a
-// sync.RWMutex costs every writer two more locked instructions: about a
-// tenth of a creation and release.
-type shardMutex struct{ sync.Mutex }
-
-func (m *shardMutex) RLock()   { m.Lock() }
-func (m *shardMutex) RUnlock() { m.Unlock() }

@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"distautograd/internal/layout"
 )
 
 // run makes n calls on p spread evenly over [from, to) and returns how many
@@ -132,14 +134,8 @@ func TestYieldsBoundedUnderConcurrentPs(t *testing.T) {
 // counters in one line whatever the Keeper's alignment (8 bytes).
 func TestSlotsShareNoLine(t *testing.T) {
 	var k Keeper
-	base := uintptr(unsafe.Pointer(&k))
-	first := uintptr(unsafe.Pointer(&k.last[0])) - base
-	require.GreaterOrEqual(t, first, uintptr(cacheLine), "slot 0 out of the Keeper's first line")
-	size := unsafe.Sizeof(slot{})
+	first := uintptr(unsafe.Pointer(&k.last[0])) - uintptr(unsafe.Pointer(&k))
 	hot := unsafe.Offsetof(slot{}.every) + unsafe.Sizeof(slot{}.every)
-	for align := uintptr(0); align < cacheLine; align += 8 { // where k's byte 0 lies in its line
-		slot0 := align + first
-		require.Greater(t, slot0/cacheLine, align/cacheLine, "offset %d: slot 0 in the nil check's line", align)
-		require.Less(t, (slot0+hot-1)/cacheLine, (slot0+size)/cacheLine, "offset %d: slots 0 and 1 share a line", align)
-	}
+	require.True(t, layout.Apart(1, first), "slot 0 in the nil check's line")
+	require.True(t, layout.Apart(first+hot, first+unsafe.Sizeof(slot{})), "slots 0 and 1 share a line")
 }
