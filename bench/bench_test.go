@@ -84,7 +84,6 @@ func TestSmoke(t *testing.T) {
 	if len(rows) != len(rep.Rows) {
 		t.Errorf("bench.json has %d rows, the run measured %d", len(rows), len(rep.Rows))
 	}
-	wantKeys := []string{"distautograd_call", "distautograd_ns", "label", "level", "native_call", "native_ns", "op", "ratio", "threads"}
 	seen := map[string]bool{}
 	for i, r := range rows {
 		var keys []string
@@ -92,6 +91,12 @@ func TestSmoke(t *testing.T) {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
+		// Each measured side keeps the samples its figure is the median of.
+		wantKeys := []string{"distautograd_call", "distautograd_ns", "distautograd_samples", "label", "level", "native_call", "native_ns", "op", "ratio", "threads"}
+		if r["native_ns"] != nil {
+			wantKeys = append(wantKeys, "native_samples")
+			slices.Sort(wantKeys)
+		}
 		if !slices.Equal(keys, wantKeys) {
 			t.Errorf("row %d: keys %v, want %v", i, keys, wantKeys)
 			continue
@@ -113,7 +118,15 @@ func TestSmoke(t *testing.T) {
 		if !ok || !(dac > 0) {
 			t.Errorf("row %d (%s/%s): distautograd_ns %v, want a positive number", i, level, op, r["distautograd_ns"])
 		}
+		if v := samplesOf(r["distautograd_samples"]); len(v) == 0 || math.Abs(Median(v)-dac) > 0.001+1e-6*dac {
+			t.Errorf("row %d (%s/%s): distautograd_ns %v is not the median of its samples %v", i, level, op, dac, r["distautograd_samples"])
+		}
 		nat, hasNat := r["native_ns"].(float64)
+		if hasNat {
+			if v := samplesOf(r["native_samples"]); len(v) == 0 || math.Abs(Median(v)-nat) > 0.001+1e-6*nat {
+				t.Errorf("row %d (%s/%s): native_ns %v is not the median of its samples %v", i, level, op, nat, r["native_samples"])
+			}
+		}
 		ratio, hasRatio := r["ratio"].(float64)
 		if native && level == "c" {
 			if !hasNat || !(nat > 0) {
@@ -242,31 +255,82 @@ func TestRewriteSection(t *testing.T) {
 	}
 }
 
-// The torch level's rows carry how far apart the native processes landed,
-// and the table shows it in a column of its own, with what it means.
-func TestTorchSpreadColumn(t *testing.T) {
-	d, n, r, sp := 110.0, 100.0, 1.1, 1.37
+// A row with samples on both sides gets the ratio's interval in a column
+// of its own, with what it means under the table; a row without them a dash.
+func TestIntervalColumn(t *testing.T) {
+	d, n, r := 110.0, 100.0, 1.1
 	rep := Report{Date: "2026-01-02T03:04:05Z", Rows: []Row{
 		{Level: "c", Op: "x", Threads: 1, Label: "a C op", DistautogradNs: &d, NativeNs: &n, Ratio: &r},
-		{Level: "torch", Op: "y", Threads: 1, Label: "a torch op", DistautogradNs: &d, NativeNs: &n, Ratio: &r, NativeSpread: &sp},
+		{Level: "torch", Op: "y", Threads: 1, Label: "a torch op", DistautogradNs: &d, NativeNs: &n, Ratio: &r,
+			DacSamples: []float64{110, 110, 110}, NativeSamples: []float64{100, 100, 100}},
+		{Level: "torch", Op: "z", Threads: 1, Label: "another", DistautogradNs: &d, NativeNs: &n, Ratio: &r},
 	}}
 	var b bytes.Buffer
 	PrintTables(&b, rep)
 	got := b.String()
 	for _, want := range []string{
+		"| operation | threads | distautograd ns/op | native ns/op | ratio |\n",
 		"| a C op | 1 | 110.0 | 100.0 | 1.10 |\n",
-		"| operation | threads | distautograd ns/op | torch as built ns/op | ratio | torch as built, slowest process / fastest |\n",
-		"| a torch op | 1 | 110.0 | 100.0 | 1.10 | 1.37 |\n",
-		"all running the same code",
+		"| operation | threads | distautograd ns/op | torch as built ns/op | ratio | 90 % interval |\n",
+		"| a torch op | 1 | 110.0 | 100.0 | 1.10 | 1.10-1.10 |\n",
+		"| another | 1 | 110.0 | 100.0 | 1.10 | - |\n",
+		"resamplings of this run's processes",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", want, got)
 		}
 	}
 	var back Row
-	if err := json.Unmarshal([]byte(`{"level":"torch","native_spread":1.5}`), &back); err != nil || back.NativeSpread == nil || *back.NativeSpread != 1.5 {
-		t.Errorf("native_spread not read from bench.json: %v %v", back.NativeSpread, err)
+	if err := json.Unmarshal([]byte(`{"level":"torch","distautograd_samples":[1,2],"native_samples":[3]}`), &back); err != nil ||
+		!slices.Equal(back.DacSamples, []float64{1, 2}) || !slices.Equal(back.NativeSamples, []float64{3}) {
+		t.Errorf("samples not read from bench.json: %v %v %v", back.DacSamples, back.NativeSamples, err)
 	}
+}
+
+func TestRatioInterval(t *testing.T) {
+	if _, _, ok := RatioInterval([]float64{1}, []float64{1, 2}); ok {
+		t.Error("an interval from one sample")
+	}
+	if _, _, ok := RatioInterval([]float64{1, 2}, []float64{0, 2}); ok {
+		t.Error("an interval over a native sample of 0")
+	}
+	// Separated sides: every resample gives the same ratio.
+	if lo, hi, ok := RatioInterval([]float64{50, 50, 50, 50}, []float64{100, 100, 100}); !ok || lo != 0.5 || hi != 0.5 {
+		t.Errorf("constant sides: %v-%v %v, want 0.5-0.5", lo, hi, ok)
+	}
+	// Both sides drawn from one spread of values: the interval holds 1 and
+	// is wide; a run twice as slow on one side moves it by two.
+	same := []float64{80, 95, 100, 110, 130, 160, 210}
+	lo, hi, ok := RatioInterval(same, same)
+	if !ok || lo >= 1 || hi <= 1 || hi/lo < 1.5 {
+		t.Errorf("one spread on both sides: %v-%v %v, want a wide interval around 1", lo, hi, ok)
+	}
+	double := make([]float64, len(same))
+	for i, v := range same {
+		double[i] = 2 * v
+	}
+	lo2, hi2, _ := RatioInterval(double, same)
+	if math.Abs(lo2-2*lo) > 1e-9 || math.Abs(hi2-2*hi) > 1e-9 {
+		t.Errorf("twice as slow: %v-%v, want %v-%v", lo2, hi2, 2*lo, 2*hi)
+	}
+	// The same samples render the same interval every time.
+	if lo3, hi3, _ := RatioInterval(same, same); lo3 != lo || hi3 != hi {
+		t.Errorf("not reproducible: %v-%v then %v-%v", lo, hi, lo3, hi3)
+	}
+}
+
+// samplesOf reads a JSON array of numbers (nil if v is not one).
+func samplesOf(v any) []float64 {
+	a, _ := v.([]any)
+	var out []float64
+	for _, x := range a {
+		f, ok := x.(float64)
+		if !ok {
+			return nil
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 func TestMedian(t *testing.T) {

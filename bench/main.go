@@ -80,9 +80,11 @@ type Row struct {
 	DistautogradNs *float64 `json:"distautograd_ns"`
 	NativeNs       *float64 `json:"native_ns"`
 	Ratio          *float64 `json:"ratio"`
-	// NativeSpread is the slowest native process's figure over the fastest
-	// one's (torch level): how far apart identical code lands in the run.
-	NativeSpread *float64 `json:"native_spread,omitempty"`
+	// The samples each side's figure is the median of (per repetition at
+	// the C level, per process at the torch level), for the ratio's
+	// interval (RatioInterval).
+	DacSamples    []float64 `json:"distautograd_samples,omitempty"`
+	NativeSamples []float64 `json:"native_samples,omitempty"`
 }
 
 // Report is everything one run measured: build/bench.json.
@@ -267,13 +269,15 @@ func tail(s string) string {
 
 // harnessRow is one object of the harness's output.
 type harnessRow struct {
-	Op             string   `json:"op"`
-	Label          string   `json:"label"`
-	Threads        int      `json:"threads"`
-	DacCall        string   `json:"distautograd_call"`
-	NativeCall     string   `json:"native_call"`
-	DistautogradNs *float64 `json:"distautograd_ns"`
-	NativeNs       *float64 `json:"native_ns"`
+	Op             string    `json:"op"`
+	Label          string    `json:"label"`
+	Threads        int       `json:"threads"`
+	DacCall        string    `json:"distautograd_call"`
+	NativeCall     string    `json:"native_call"`
+	DistautogradNs *float64  `json:"distautograd_ns"`
+	NativeNs       *float64  `json:"native_ns"`
+	DacSamples     []float64 `json:"distautograd_samples"`
+	NativeSamples  []float64 `json:"native_samples"`
 }
 
 // pyOutput is what one pybench.py process prints.
@@ -325,7 +329,9 @@ func Run(cfg Config) (Report, error) {
 			return rep, err
 		}
 		for _, h := range rows {
-			rep.Rows = append(rep.Rows, newRow("c", h.Op, h.Threads, h.DistautogradNs, h.NativeNs, h.Label, h.DacCall, h.NativeCall))
+			r := newRow("c", h.Op, h.Threads, h.DistautogradNs, h.NativeNs, h.Label, h.DacCall, h.NativeCall)
+			r.DacSamples, r.NativeSamples = h.DacSamples, h.NativeSamples
+			rep.Rows = append(rep.Rows, r)
 		}
 	}
 	if !cfg.SkipPython {
@@ -455,15 +461,18 @@ func runPython(cfg Config) ([]Row, error) {
 	var rows []Row
 	for _, op := range order {
 		var dac, nat *float64
-		if v := samples["distautograd"][op]; len(v) > 0 {
-			m := Median(v)
+		dv, nv := samples["distautograd"][op], samples["torch"][op]
+		if len(dv) > 0 {
+			m := Median(slices.Clone(dv))
 			dac = &m
 		}
-		if v := samples["torch"][op]; len(v) > 0 {
-			m := Median(v)
+		if len(nv) > 0 {
+			m := Median(slices.Clone(nv))
 			nat = &m
 		}
-		rows = append(rows, newRow("python", op, 1, dac, nat, labels[op], "distautograd", "torch.distributed.autograd, RPC agent running"))
+		r := newRow("python", op, 1, dac, nat, labels[op], "distautograd", "torch.distributed.autograd, RPC agent running")
+		r.DacSamples, r.NativeSamples = dv, nv
+		rows = append(rows, r)
 	}
 	return rows, nil
 }

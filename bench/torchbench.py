@@ -7,9 +7,9 @@ the training job of torch_backend/tests/train_job.py (its model and remote
 functions, one trainer thread) and worker 0 times them. A process times
 each operation in CHUNKS runs and keeps the fastest (other load on a shared
 machine only ever adds time); the figure of a side is the median over its
-processes (jobs), and native_spread says how far apart its processes
-landed (the slowest over the fastest). Rows go into build/bench.json with level "torch"
-(replacing earlier torch rows; the other levels' rows stay).
+processes (jobs), whose figures the row keeps as its samples (the report
+draws the ratio's interval from them). Rows go into build/bench.json with
+level "torch" (replacing earlier torch rows; the other levels' rows stay).
 
 usage: /usr/bin/python3 bench/torchbench.py [--procs N]   (N processes a side, default 7)
 """
@@ -174,14 +174,13 @@ def main():
     rows = []
     print("| operation | distautograd ns/op | torch ns/op | ratio |\n|---|---:|---:|---:|")
     for name, _ in OPS[:2] + [TRAIN_OP] + OPS[2:]:
-        d = statistics.median(x[name] for x in results[True])
+        dac = [x[name] for x in results[True]]
         nat = [x[name] for x in results[False]]
-        n = statistics.median(nat)
-        # How far apart identical code lands from process to process in this
-        # run: the slowest native process over the fastest.
+        d, n = statistics.median(dac), statistics.median(nat)
         rows.append({"level": "torch", "op": name, "threads": 1, "distautograd_ns": round(d, 1),
                      "native_ns": round(n, 1), "ratio": round(d / n, 3),
-                     "native_spread": round(max(nat) / min(nat), 3)})
+                     "distautograd_samples": [round(v, 1) for v in dac],
+                     "native_samples": [round(v, 1) for v in nat]})
         print("| %s | %.1f | %.1f | %.2f |" % (name, d, n, d / n))
     # build/bench.json is make bench's report (an object with "rows"): the
     # torch rows replace any earlier ones; the README's results section is
