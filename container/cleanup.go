@@ -406,9 +406,11 @@ func (c *FanoutQueue) deliver(j cleanupJob) {
 		return
 	}
 	if j.attempt >= c.Options().MaxAttempts {
+		// Logged before it stops being pending: once Flush has returned, the
+		// log hook has seen every line of what it waited for.
+		c.logf(LogError, "Could not release Dist Autograd Context on node %d: %v (context %d, gave up after %d attempts)", j.worker, err, j.context, j.attempt)
 		c.failed.Add(1)
 		c.pending.Add(-1)
-		c.logf(LogError, "Could not release Dist Autograd Context on node %d: %v (context %d, gave up after %d attempts)", j.worker, err, j.context, j.attempt)
 		return
 	}
 	c.retried.Add(1)
@@ -458,9 +460,9 @@ func (c *FanoutQueue) retryLater(j cleanupJob) {
 		ok := !c.closed && c.put(j)
 		c.closeMu.RUnlock()
 		if !ok {
-			c.pending.Add(-1)
+			c.logDropped(j.context, j.worker) // before it stops being pending, as above
 			c.dropped.Add(1)
-			c.logDropped(j.context, j.worker)
+			c.pending.Add(-1)
 		}
 	})
 	c.timers[t] = struct{}{}
@@ -479,7 +481,8 @@ func (c *FanoutQueue) Stats() CleanupStats {
 }
 
 // Flush waits until nothing is pending or timeout passes, and returns what is
-// still pending.
+// still pending. A message stops being pending once it is counted and its
+// log line, if any, was handed to the log hook.
 func (c *FanoutQueue) Flush(timeout time.Duration) int64 {
 	deadline := time.Now().Add(timeout)
 	for {

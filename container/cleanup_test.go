@@ -221,6 +221,33 @@ func TestCleanupGivesUpAfterMaxAttempts(t *testing.T) {
 	assert.Len(t, l.find(LogDebug, "retrying"), 6, "each retry is logged at debug level")
 }
 
+// A message given up on is pending until its error line was logged: a
+// Flush that returned 0 leaves nothing for the log hook still to see, however
+// long the hook takes (the Python package's own test flaked on this, 1 run in
+// several under load).
+func TestCleanupFlushWaitsForTheLogLine(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	c := newTestCleanup(t, func(uint16, int64) error { return errors.New("connection refused") },
+		CleanupOptions{MaxAttempts: 1, Senders: 1}, nil)
+	c.SetLog(func(level LogLevel, msg string) {
+		if level != LogError {
+			return
+		}
+		time.Sleep(30 * time.Millisecond) // a slow hook: Flush polls meanwhile
+		mu.Lock()
+		lines = append(lines, msg)
+		mu.Unlock()
+	})
+	c.Release(5, []uint16{4})
+	s := flushCleanup(t, c)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, int64(1), s.Failed)
+	require.Len(t, lines, 1, "Flush returned before the error line reached the log hook")
+	assert.True(t, strings.HasPrefix(lines[0], "Could not release Dist Autograd Context on node 4: connection refused"), lines[0])
+}
+
 func TestCleanupPanickingSenderIsAFailedAttempt(t *testing.T) {
 	r := sendRecorder{fail: func(sentMsg, int) error { panic("boom") }}
 	var l logRecorder
