@@ -120,11 +120,21 @@ def train(rank, out_dir):
         torch.save(final, os.path.join(out_dir, "params-%d.pt" % rank))
 
 
-def wait_for_no_contexts(deadline_s):
-    # The last cleanup RPCs may still be on their way: a bound, not a sleep.
+def wait_until_settled(deadline_s):
+    """Waits (a bound, not a sleep) until no context is left and nothing is
+    on its way out: the last cleanup RPCs may still be arriving, and a
+    release that has just dropped the count may not have made its own sends
+    yet (a context stops counting before its release hands the cleanup
+    messages over, as natively), so the figures must read the same twice in a
+    row, 0.1 s apart, with no context and no message pending."""
     end = time.monotonic() + deadline_s
-    while dist_autograd._get_debug_info()["num_autograd_contexts"] != 0 and time.monotonic() < end:
-        time.sleep(0.05)
+    last = None
+    while time.monotonic() < end:
+        d = dist_autograd._get_debug_info()
+        if d == last and d["num_autograd_contexts"] == 0 and d.get("cleanup_pending", 0) == 0:
+            return
+        last = d
+        time.sleep(0.1)
 
 
 _orphan_seen = threading.Event()
@@ -160,7 +170,7 @@ def killed_job(rank, out_dir):
             dist_autograd.backward(cid, [y.sum()])
             assert dist_autograd.get_gradients(cid)[w].tolist() == [3.0, 3.0, 3.0]
     report["passes_after"] = 5
-    wait_for_no_contexts(60)
+    wait_until_settled(60)
     report["debug_info"] = dist_autograd._get_debug_info()
     with open(os.path.join(out_dir, "report-%d.json" % rank), "w") as f:
         json.dump(report, f)
@@ -185,7 +195,7 @@ def main():
     # cleanup RPCs of the last passes may still be in flight: wait for them
     # before reporting, then shut down.
     rpc.api._wait_all_workers(timeout=60)
-    wait_for_no_contexts(60)
+    wait_until_settled(60)
     report["debug_info"] = dist_autograd._get_debug_info()
     try:
         import distautograd
