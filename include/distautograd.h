@@ -431,7 +431,11 @@ typedef struct dac_cleanup_counters {
 int dac_cleanup_stats(dac_cleanup_counters *counters);
 
 /* Waits up to timeout_ms for every pending cleanup message to be delivered or
-** given up on; DAC_ERR_TIMEOUT if some are still pending, whose number is
+** given up on: every message of the releases that returned before the call
+** (a release counts its messages pending before it returns; a message stays
+** pending until its log line, if it has one, was handed to the log hook, so
+** after a flush that found nothing pending no line of those messages is still
+** to come). DAC_ERR_TIMEOUT if some are still pending, whose number is
 ** written to *pending (may be NULL) on success and on DAC_ERR_TIMEOUT alike.
 ** A timeout_ms too long for int64_t nanoseconds (about 292 years) waits as
 ** long as that. Called from inside a cleanup sender or the log hook it does
