@@ -267,19 +267,6 @@ func tail(s string) string {
 	return s
 }
 
-// harnessRow is one object of the harness's output.
-type harnessRow struct {
-	Op             string    `json:"op"`
-	Label          string    `json:"label"`
-	Threads        int       `json:"threads"`
-	DacCall        string    `json:"distautograd_call"`
-	NativeCall     string    `json:"native_call"`
-	DistautogradNs *float64  `json:"distautograd_ns"`
-	NativeNs       *float64  `json:"native_ns"`
-	DacSamples     []float64 `json:"distautograd_samples"`
-	NativeSamples  []float64 `json:"native_samples"`
-}
-
 // pyOutput is what one pybench.py process prints.
 type pyOutput struct {
 	Impl     string               `json:"impl"`
@@ -324,7 +311,7 @@ func Run(cfg Config) (Report, error) {
 			args = append(args, "-clock", cfg.Clock)
 		}
 		cfg.logf("C level: harness %s", strings.Join(args, " "))
-		var rows []harnessRow
+		var rows []Row // the harness's objects carry a Row's keys, less the level and the ratio
 		if err := runJSON(cfg, &rows, harness, args...); err != nil {
 			return rep, err
 		}

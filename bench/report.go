@@ -149,26 +149,31 @@ func PrintTables(w io.Writer, rep Report) {
 		}[level]
 		native := map[string]string{"c": "native", "python": "torch", "torch": "torch as built"}[level]
 		fmt.Fprintf(w, "\n#### %s\n\n", title)
-		intervals := slices.ContainsFunc(rows, func(r Row) bool { _, _, ok := RatioInterval(r.DacSamples, r.NativeSamples); return ok })
+		// Each row's interval cell, "-" where its samples give none.
+		cells := make([]string, len(rows))
+		intervals := false
+		for i, r := range rows {
+			cells[i] = "-"
+			if lo, hi, ok := RatioInterval(r.DacSamples, r.NativeSamples); ok {
+				cells[i], intervals = ratio(&lo)+"-"+ratio(&hi), true
+			}
+		}
 		head, rule := fmt.Sprintf("| operation | threads | distautograd ns/op | %s ns/op | ratio |", native), "|---|---:|---:|---:|---:|"
 		if intervals {
 			head += " 90 % interval |"
 			rule += "---:|"
 		}
 		fmt.Fprintf(w, "%s\n%s\n", head, rule)
-		for _, r := range rows {
+		for i, r := range rows {
 			fmt.Fprintf(w, "| %s | %d | %s | %s | %s |", r.Label, r.Threads, num(r.DistautogradNs, 1), num(r.NativeNs, 1), ratio(r.Ratio))
 			if intervals {
-				cell := "-"
-				if lo, hi, ok := RatioInterval(r.DacSamples, r.NativeSamples); ok {
-					cell = ratio(&lo) + "-" + ratio(&hi)
-				}
-				fmt.Fprintf(w, " %s |", cell)
+				fmt.Fprintf(w, " %s |", cells[i])
 			}
 			fmt.Fprintln(w)
 		}
 		if intervals {
-			fmt.Fprintf(w, "\n%s\n", intervalNote[level])
+			fmt.Fprintf(w, "\nThe interval: where the ratio of the two medians falls in 90 %% of %d resamplings of this run's %s. %s\n",
+				intervalResamples, resampled[level], "A row whose interval holds 1.0 is not settled by the run.")
 		}
 		if level == "c" {
 			fmt.Fprintln(w, "\nWhat one iteration calls (distautograd / native):")
@@ -224,17 +229,18 @@ func PrintTables(w io.Writer, rep Report) {
 	}
 }
 
-// What one sample of a side is, per level, for the note under its table.
-var intervalNote = map[string]string{
-	"c":      "The interval: where the ratio of the two medians falls in 90 % of " + intervalResamples + " resamplings of this run's samples (each side's repetitions drawn again, with replacement). A row whose interval holds 1.0 is not settled by the run.",
-	"python": "The interval: where the ratio of the two medians falls in 90 % of " + intervalResamples + " resamplings of this run's samples (each side's samples, from all its processes, drawn again with replacement). A row whose interval holds 1.0 is not settled by the run.",
-	"torch":  "The interval: where the ratio of the two medians falls in 90 % of " + intervalResamples + " resamplings of this run's processes (each side's, drawn again with replacement). The processes of one side run the same code, yet land far apart on this machine: a row whose interval holds 1.0 is not settled by the run.",
+// What the interval resamples, per level, for the note under its table.
+var resampled = map[string]string{
+	"c":      "samples (each side's repetitions drawn again, with replacement)",
+	"python": "samples (each side's samples, from all its processes, drawn again with replacement)",
+	"torch":  "processes (each side's, drawn again with replacement; the processes of one side run the same code, yet land far apart on this machine)",
 }
 
-const intervalResamples = "4,000"
+// intervalResamples is how many resamplings RatioInterval draws.
+const intervalResamples = 4000
 
 // RatioInterval returns the 5th and 95th percentiles of median(d')/median(n')
-// over 4,000 bootstrap resamples d' of d and n' of n (each drawn with
+// over intervalResamples bootstrap resamples d' of d and n' of n (each drawn with
 // replacement, from a fixed seed, so a report renders the same every time):
 // how far the run's ratio of medians could move on a run like it. ok is
 // false when a side has fewer than two samples or a non-positive one.
@@ -242,9 +248,8 @@ func RatioInterval(d, n []float64) (lo, hi float64, ok bool) {
 	if len(d) < 2 || len(n) < 2 || slices.ContainsFunc(n, func(v float64) bool { return v <= 0 }) {
 		return 0, 0, false
 	}
-	const resamples = 4000
 	rng := rand.New(rand.NewPCG(1, 2))
-	ratios := make([]float64, resamples)
+	ratios := make([]float64, intervalResamples)
 	bd, bn := make([]float64, len(d)), make([]float64, len(n))
 	for i := range ratios {
 		for j := range bd {
@@ -256,7 +261,7 @@ func RatioInterval(d, n []float64) (lo, hi float64, ok bool) {
 		ratios[i] = Median(bd) / Median(bn)
 	}
 	slices.Sort(ratios)
-	return ratios[resamples*5/100], ratios[resamples*95/100-1], true
+	return ratios[intervalResamples*5/100], ratios[intervalResamples*95/100-1], true
 }
 
 func num(p *float64, prec int) string {
