@@ -141,7 +141,7 @@ func TestSmoke(t *testing.T) {
 	}
 	for _, op := range []string{"c/floor_c", "c/floor_go", "c/new_release", "c/new_release_no_agent", "c/retrieve",
 		"c/is_valid", "c/current_context", "c/current_id", "c/new_message_id", "c/get_or_create",
-		"c/add_known_worker", "python/with_context", "python/retrieve_context", "python/current_context",
+		"c/add_known_worker", "c/paused_new_release", "python/with_context", "python/retrieve_context", "python/current_context",
 		"python/new_release_context"} {
 		if !seen[op] {
 			t.Errorf("bench.json has no row for %s", op)

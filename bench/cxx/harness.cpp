@@ -109,6 +109,7 @@ struct ThreadState {
   native::ContextPtr nat;                // native
 #endif
   uint64_t sink = 0;
+  int64_t timedNs = 0;  // the rows that time themselves (paused()): the sum of their timed parts
 };
 
 using Body = void (*)(ThreadState&, long n);
@@ -149,6 +150,37 @@ void dacNewRelease(ThreadState& t, long n) {
     ck(dac_context_id(h, &id));
     ck(dac_context_unref(h));
     ck(dac_context_release(id));
+    t.sink += uint64_t(id);
+  }
+}
+
+// The rows that pause before each iteration: a training step calls the
+// container a few times per few milliseconds, from a thread that was
+// elsewhere in between, and what a call costs then is not what it costs in a
+// loop. Each iteration sleeps kPauseNs, then times itself with the monotonic
+// clock (whatever -clock says: the thread's CPU clock is a system call, and
+// the first thing after the pause would pay for the pause), so that only the
+// calls count.
+constexpr long kPauseNs = 2000000;
+constexpr long kPausedN = 50;  // iterations per sample: 100 ms of pauses
+
+void sleepPause() {
+  timespec ts{0, kPauseNs};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+void dacPausedNewRelease(ThreadState& t, long n) {
+  for (long i = 0; i < n; ++i) {
+    sleepPause();
+    int64_t t0 = nowNs();
+    dac_context* h;
+    int64_t id;
+    ck(dac_context_new(&h));
+    ck(dac_context_id(h, &id));
+    ck(dac_context_unref(h));
+    ck(dac_context_release(id));
+    t.timedNs += nowNs() - t0;
     t.sink += uint64_t(id);
   }
 }
@@ -243,6 +275,21 @@ struct Cxx {
       t.sink += uint64_t(id);
     }
   }
+  static void pausedNewRelease(ThreadState& t, long n) {
+    C& c = container<C>();
+    for (long i = 0; i < n; ++i) {
+      sleepPause();
+      int64_t t0 = nowNs();
+      int64_t id;
+      {
+        auto ctx = c.newContext();
+        id = ctx->contextId();
+      }
+      c.releaseContext(id);
+      t.timedNs += nowNs() - t0;
+      t.sink += uint64_t(id);
+    }
+  }
   static void retrieve(ThreadState& t, long n) {
     C& c = container<C>();
     for (long i = 0; i < n; ++i) (void)c.retrieveContext(t.id);
@@ -323,6 +370,11 @@ const Op kOps[] = {
      "dac_context_new, dac_context_id, dac_context_unref, dac_context_release",
      "newContext, contextId, ContextPtr dropped, releaseContext; no RPC agent: each release throws and logs",
      false, false, dacNewRelease, NAT(N::newRelease)},
+    {"paused_new_release", "new+release of a context, each after a 2 ms pause (C ABI)", kCABI,
+     "dac_context_new, dac_context_id, dac_context_unref, dac_context_release; timed by the monotonic clock",
+     "newContext, contextId, ContextPtr dropped, releaseContext; with a stand-in RPC agent set; timed by the "
+     "monotonic clock",
+     false, true, dacPausedNewRelease, NAT(N::pausedNewRelease)},
     {"retrieve", "retrieve (C ABI)", kCABI, "dac_context_retrieve, dac_context_unref",
      "retrieveContext, ContextPtr dropped", true, false, dacRetrieve, NAT(N::retrieve)},
     {"is_valid", "is-valid (C ABI)", kCABI, "dac_context_is_valid", "isValidContext", true, false, dacIsValid,
@@ -369,6 +421,9 @@ const Op kOps[] = {
 
 // Rows whose threads all work on one context, made once per sample.
 bool shared(const Op& op) { return std::strncmp(op.key, "shared_", 7) == 0; }
+
+// Rows that pause before each iteration and time only their calls.
+bool paused(const Op& op) { return std::strncmp(op.key, "paused_", 7) == 0; }
 
 // The one context of a shared sample (its fixture, made on the sampling
 // thread; each thread copies it).
@@ -439,12 +494,13 @@ void* runThread(void* p) {
     } else {
       setUp(*s.op, s.impl, t);
     }
-    body(t, std::min(s.n, 64L));  // warm: the thread's first calls (Go binds an M to it)
+    body(t, std::min(s.n, paused(*s.op) ? 2L : 64L));  // warm: the thread's first calls (Go binds an M to it)
+    t.timedNs = 0;
     pthread_barrier_wait(&s.start);
     int64_t t0 = sampleNs();
     body(t, s.n);
     int64_t t1 = sampleNs();
-    s.nsPerOp[size_t(a->index)] = double(t1 - t0) / double(s.n);
+    s.nsPerOp[size_t(a->index)] = double(paused(*s.op) ? t.timedNs : t1 - t0) / double(s.n);
     if (!shared(*s.op)) tearDown(*s.op, s.impl, t);
     g_sink = g_sink + t.sink;
   } catch (const std::exception& e) {
@@ -491,6 +547,7 @@ double sample(const Op& op, Impl impl, int threads, long n) {
 // calibrate returns an iteration count that makes a sample last about
 // sampleNs on this side.
 long calibrate(const Op& op, Impl impl, int threads, double sampleNs) {
+  if (paused(op)) return kPausedN;  // a sample is its pauses, whatever its calls cost
   long n = 16;
   for (;;) {
     double per = sample(op, impl, threads, n);
