@@ -124,7 +124,7 @@ fuzz: $(LIB) ## run each fuzz target of container/ for FUZZTIME (default 30s), t
 # Every suite runs even when an earlier one failed; the summary at the end
 # says what passed, failed and was skipped in each, and the exit status is
 # the worst suite's. `scripts/run-tests go` runs one suite.
-test: ## everything that must pass: the lint, go and python suites, then a summary
+test: ## everything that must pass: the lint, go, python and torch suites, then a summary
 	@MAKE="$(MAKE)" LINT_CHECKS="$(LINT_CHECKS)" PYTHON="$(PYTHON)" $(PYTHON) scripts/run-tests
 
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]: as sqlite or zlib,
