@@ -142,16 +142,19 @@ void dacFloorGo(ThreadState& t, long n) {
   }
 }
 
+// One new+release of a context through the C ABI; returns its id.
+inline int64_t dacNewReleaseOne() {
+  dac_context* h;
+  int64_t id;
+  ck(dac_context_new(&h));
+  ck(dac_context_id(h, &id));
+  ck(dac_context_unref(h));
+  ck(dac_context_release(id));
+  return id;
+}
+
 void dacNewRelease(ThreadState& t, long n) {
-  for (long i = 0; i < n; ++i) {
-    dac_context* h;
-    int64_t id;
-    ck(dac_context_new(&h));
-    ck(dac_context_id(h, &id));
-    ck(dac_context_unref(h));
-    ck(dac_context_release(id));
-    t.sink += uint64_t(id);
-  }
+  for (long i = 0; i < n; ++i) t.sink += uint64_t(dacNewReleaseOne());
 }
 
 // The rows that pause before each iteration: a training step calls the
@@ -174,12 +177,7 @@ void dacPausedNewRelease(ThreadState& t, long n) {
   for (long i = 0; i < n; ++i) {
     sleepPause();
     int64_t t0 = nowNs();
-    dac_context* h;
-    int64_t id;
-    ck(dac_context_new(&h));
-    ck(dac_context_id(h, &id));
-    ck(dac_context_unref(h));
-    ck(dac_context_release(id));
+    int64_t id = dacNewReleaseOne();
     t.timedNs += nowNs() - t0;
     t.sink += uint64_t(id);
   }
@@ -263,29 +261,26 @@ struct Cxx {
     C& c = container<C>();
     for (long i = 0; i < n; ++i) t.sink += uint64_t(c.getMaxId());
   }
+  // One new+release of a context, its pointer dropped first; returns its id.
+  static int64_t newReleaseOne(C& c) {
+    int64_t id;
+    {
+      auto ctx = c.newContext();
+      id = ctx->contextId();
+    }
+    c.releaseContext(id);
+    return id;
+  }
   static void newRelease(ThreadState& t, long n) {
     C& c = container<C>();
-    for (long i = 0; i < n; ++i) {
-      int64_t id;
-      {
-        auto ctx = c.newContext();
-        id = ctx->contextId();
-      }
-      c.releaseContext(id);
-      t.sink += uint64_t(id);
-    }
+    for (long i = 0; i < n; ++i) t.sink += uint64_t(newReleaseOne(c));
   }
   static void pausedNewRelease(ThreadState& t, long n) {
     C& c = container<C>();
     for (long i = 0; i < n; ++i) {
       sleepPause();
       int64_t t0 = nowNs();
-      int64_t id;
-      {
-        auto ctx = c.newContext();
-        id = ctx->contextId();
-      }
-      c.releaseContext(id);
+      int64_t id = newReleaseOne(c);
       t.timedNs += nowNs() - t0;
       t.sink += uint64_t(id);
     }
@@ -621,22 +616,11 @@ void initBoth(bool withNative) {
 
 void newReleaseOnce(Impl impl) {
   if (impl == kDac) {
-    dac_context* h;
-    int64_t id;
-    ck(dac_context_new(&h));
-    ck(dac_context_id(h, &id));
-    ck(dac_context_unref(h));
-    ck(dac_context_release(id));
+    dacNewReleaseOne();
     return;
   }
 #ifdef DAC_BENCH_NATIVE
-  auto& c = native::DistAutogradContainer::getInstance();
-  int64_t id;
-  {
-    auto ctx = c.newContext();
-    id = ctx->contextId();
-  }
-  c.releaseContext(id);
+  N::newReleaseOne(container<native::DistAutogradContainer>());
 #endif
 }
 
