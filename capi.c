@@ -476,9 +476,12 @@ static inline __attribute__((always_inline)) dacc_record *lookup(const dacc_view
 	return NULL;
 }
 
-/* Records a use for the reaper (a store only when the clock moved on). */
+/* Records a use for the reaper (a store only when the clock moved on; a
+** clock asleep is woken, so the time recorded is always current). */
 static inline void touch(const dacc_view *v, dacc_record *r) {
 	int64_t now = __atomic_load_n((int64_t *)v->clock, __ATOMIC_RELAXED);
+	if (__builtin_expect(now == DACC_CLOCK_ASLEEP, 0))
+		now = dacc_clock_wake();
 	if (__atomic_load_n(&r->last_used, __ATOMIC_RELAXED) != now)
 		__atomic_store_n(&r->last_used, now, __ATOMIC_RELAXED);
 }

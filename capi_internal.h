@@ -118,6 +118,14 @@ typedef struct dacc_view {
 	uintptr_t buckets[DACC_MAX_SHARDS]; /* each shard's dacc_buckets */
 } dacc_view;
 
+/* The coarse clock (clock.c): dacc_clock_start starts the thread that
+** advances *word every tick_ms from start, 0 if it started; a reader that
+** finds the word DACC_CLOCK_ASLEEP calls dacc_clock_wake, which returns the
+** current time and has the thread tick again. Times are never negative. */
+#define DACC_CLOCK_ASLEEP (-1)
+int dacc_clock_start(int64_t *word, int64_t start, int64_t tick_ms);
+int64_t dacc_clock_wake(void);
+
 /* Set on a thread while it runs the host's cleanup sender (capi.c), so that
 ** dac_set_cleanup_sender called from inside a sender does not wait for itself. */
 extern __thread int dacc_tls_in_sender;

@@ -29,6 +29,7 @@ var (
 	_ = [1]struct{}{}[container.MaxRecords-C.DACC_MAX_RECORDS]
 	_ = [1]struct{}{}[container.MaxRefs-C.DACC_STATE_REFS]
 	_ = [1]struct{}{}[container.MaxShards-C.DACC_MAX_SHARDS]
+	_ = [1]struct{}{}[container.ClockAsleep-C.DACC_CLOCK_ASLEEP]
 	_ = [1]struct{}{}[unsafe.Offsetof(container.Buckets{}.Mask)-unsafe.Offsetof(C.dacc_buckets{}.mask)]
 	_ = [1]struct{}{}[unsafe.Offsetof(container.Buckets{}.Changes)-unsafe.Offsetof(C.dacc_buckets{}.changes)]
 	_ = [1]struct{}{}[container.BucketsHeadsOffset-C.sizeof_dacc_buckets] // the heads (a flexible array) start at the end

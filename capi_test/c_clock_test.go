@@ -13,3 +13,18 @@ func TestClockThread(t *testing.T) {
 		reaped: 1, the old one: reaped, the fresh one: kept
 	`, run(t, buildC(t, "c/clockthread.c")))
 }
+
+// The clock sleeps while nobody needs the time, so an idle process is not
+// woken a hundred times a second; a lookup wakes it and records the
+// current time, so the reaper still tells a context just used from one
+// left alone.
+func TestClockSleepsWhenUnused(t *testing.T) {
+	t.Parallel()
+	assertTranscript(t, `
+		asleep once unused: yes
+		stays asleep while the library is not called: yes
+		dac_reap_idle_contexts(500, &n) -> DAC_OK
+		reaped: 1, the touched one: kept, the untouched one: reaped
+		ticking again: yes
+	`, run(t, buildC(t, "c/clocksleep.c")))
+}

@@ -12,18 +12,28 @@ import (
 // clock on every retrieve would cost more than the retrieve. Contexts record
 // a coarse clock instead: milliseconds since process start, in a word
 // outside the Go heap (C's lookups store it too), advanced every clockTick
-// once the first context exists.
+// from the first container's creation on, while anyone reads it (a driver
+// may let it sleep in between: ClockDriver).
 const clockTick = 10 * time.Millisecond
 
 // ClockDriver advances the coarse clock: it starts something that stores,
 // every tick, the milliseconds elapsed since the word read start plus start
 // (CLOCK_MONOTONIC, as Go's own monotonic time), for the life of the
-// process. It reports false if it could not start.
-type ClockDriver func(word *atomic.Int64, start int64, tick time.Duration) bool
+// process, and returns how to wake it, or nil if it could not start. A
+// driver may let the clock sleep while nobody needs the time: it then
+// stores ClockAsleep in the word, and a reader that finds ClockAsleep calls
+// the wake function, which returns the current time (never negative) and
+// has the clock tick again.
+type ClockDriver func(word *atomic.Int64, start int64, tick time.Duration) (wake func() int64)
+
+// ClockAsleep is what the coarse clock's word holds while its driver
+// sleeps (capi_internal.h: DACC_CLOCK_ASLEEP).
+const ClockAsleep = -1
 
 var (
 	clockStart  = time.Now()
 	clockMs     *atomic.Int64
+	clockWake   func() int64
 	clockOnce   sync.Once
 	clockDriver atomic.Pointer[ClockDriver]
 )
@@ -39,7 +49,15 @@ func SetClockDriver(d ClockDriver) { clockDriver.Store(&d) }
 
 func coarseNow() int64 {
 	clockOnce.Do(startClock)
-	return clockMs.Load()
+	return readClock(clockMs, clockWake)
+}
+
+// readClock returns the time in word, waking its driver if it sleeps.
+func readClock(word *atomic.Int64, wake func() int64) int64 {
+	if now := word.Load(); now != ClockAsleep {
+		return now
+	}
+	return wake()
 }
 
 // clockWord returns the clock's address, for C (View.Clock), started.
@@ -56,9 +74,12 @@ func startClock() {
 	clockMs = (*atomic.Int64)(unsafe.Pointer(&b[0]))
 	now := time.Since(clockStart).Milliseconds()
 	clockMs.Store(now)
-	if d := clockDriver.Load(); d != nil && *d != nil && (*d)(clockMs, now, clockTick) {
-		return
+	if d := clockDriver.Load(); d != nil && *d != nil {
+		if clockWake = (*d)(clockMs, now, clockTick); clockWake != nil {
+			return
+		}
 	}
+	// A goroutine's clock never sleeps: its word is never ClockAsleep.
 	go func() {
 		for range time.Tick(clockTick) {
 			clockMs.Store(time.Since(clockStart).Milliseconds())
