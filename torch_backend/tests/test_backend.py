@@ -218,7 +218,8 @@ class TestFork(BackendTest):
 
 class TestLauncher(BackendTest):
     """distautograd-torch / python -m distautograd.torch: runs the command
-    under the backend; bad use gets a clear message."""
+    under the backend, torchrun and the workers it starts included; bad use
+    gets a clear message."""
 
     def launch(self, *args: str, python=None, **extra: str) -> subprocess.CompletedProcess:
         return subprocess.run([python or PYTHON, "-m", "distautograd.torch", *args], env=env(False, **extra),
@@ -230,6 +231,33 @@ class TestLauncher(BackendTest):
         self.assertEqual((r.returncode, r.stdout.strip()), (0, "True"), r.stderr)
         r = subprocess.run([PYTHON, "-c", code], env=env(False), capture_output=True, text=True, timeout=TIMEOUT)
         self.assertEqual((r.returncode, r.stdout.strip()), (0, "False"), r.stderr)
+
+    def test_in_front_of_torchrun(self) -> None:
+        # Debian's torchrun for torch 1.13 cannot start on Python 3.11 with
+        # its default --redirects 0 --tee 0 (its Std enum has no 0 there):
+        # natively too, so the job passes other values.
+        torchrun = shutil.which("torchrun")
+        cmd = [torchrun] if torchrun else [PYTHON, "-m", "torch.distributed.run"]
+        reports = {}
+        for backend in (False, True):
+            out = os.path.join(self.tmp, "backend" if backend else "native")
+            os.makedirs(out)
+            args = [*cmd, "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+                    "--master_port", free_port(), "--redirects", "2", "--tee", "2", "--log_dir",
+                    os.path.join(out, "logs"), os.path.join(HERE, "torchrun_job.py"), out]
+            if backend:
+                r = self.launch(*args)
+            else:
+                r = subprocess.run(args, env=env(False), capture_output=True, text=True, timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            reports[backend] = [report(out, rank) for rank in (0, 1)]
+        for rank in (0, 1):
+            native, served = reports[False][rank], reports[True][rank]
+            self.assertFalse(native["active"])
+            self.assertTrue(served["active"], served)
+            self.assertEqual(served["grad"], native["grad"])
+            self.assertEqual(native["grad"], [2.0 * (rank + 1)] * 3)
+            self.assertEqual(served["contexts"], 0)
 
     def test_bad_use(self) -> None:
         r = self.launch("--check")
