@@ -8,7 +8,10 @@ RPC, the cleanup RPCs, ``torch.distributed.autograd.context()``), with no
 change to the script. It works in front of ``torchrun`` too::
 
     distautograd-torch python train.py --epochs 3
-    distautograd-torch torchrun --nproc_per_node 4 train.py
+    distautograd-torch torchrun --nproc_per_node 4 --redirects 2 --tee 2 train.py
+
+(Debian's torchrun for torch 1.13 needs non-zero ``--redirects`` and
+``--tee`` on Python 3.11, with or without the backend.)
 
 Inside, :func:`active` says whether torch's container is distautograd, and
 ``torch.distributed.autograd._get_debug_info()`` shows distautograd's
