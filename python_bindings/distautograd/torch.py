@@ -10,8 +10,9 @@ change to the script. It works in front of ``torchrun`` too::
     distautograd-torch python train.py --epochs 3
     distautograd-torch torchrun --nproc_per_node 4 --redirects 2 --tee 2 train.py
 
-(Debian's torchrun for torch 1.13 needs non-zero ``--redirects`` and
-``--tee`` on Python 3.11, with or without the backend.)
+(Debian's torchrun for torch 1.13 on Python 3.11 parses only 1 and 2 for
+``--redirects`` and ``--tee``, whose default is 0, with or without the
+backend.)
 
 Inside, :func:`active` says whether torch's container is distautograd, and
 ``torch.distributed.autograd._get_debug_info()`` shows distautograd's

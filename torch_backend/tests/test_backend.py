@@ -234,8 +234,8 @@ class TestLauncher(BackendTest):
 
     def test_in_front_of_torchrun(self) -> None:
         # Debian's torchrun for torch 1.13 cannot start on Python 3.11 with
-        # its default --redirects 0 --tee 0 (its Std enum has no 0 there):
-        # natively too, so the job passes other values.
+        # its default --redirects 0 --tee 0 (its Std enum parses only 1 and
+        # 2 there): natively too, so the job passes 2.
         torchrun = shutil.which("torchrun")
         cmd = [torchrun] if torchrun else [PYTHON, "-m", "torch.distributed.run"]
         reports = {}
