@@ -23,7 +23,7 @@ func TestClockSleepsWhenUnused(t *testing.T) {
 	assertTranscript(t, `
 		asleep once unused: yes
 		stays asleep while the library is not called: yes
-		dac_reap_idle_contexts(500, &n) -> DAC_OK
+		dac_reap_idle_contexts(1000, &n) -> DAC_OK
 		reaped: 1, the touched one: kept, the untouched one: reaped
 		ticking again: yes
 	`, run(t, buildC(t, "c/clocksleep.c")))

@@ -62,6 +62,12 @@ static long clock_switches(void) {
 	return n;
 }
 
+static long now_ms(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
 static void sleep_ms(long ms) {
 	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
 	nanosleep(&ts, NULL);
@@ -86,18 +92,22 @@ int main(void) {
 	MUST(dac_context_unref(c));
 	MUST(dac_context_get_or_create(untouched, &c));
 	MUST(dac_context_unref(c));
+	long made = now_ms();
 	REQUIRE(find_clock());
 	printf("asleep once unused: %s\n", wait_asleep(1) ? "yes" : "no");
 	long before = clock_switches();
 	sleep_ms(300);
 	printf("stays asleep while the library is not called: %s\n",
 	       clock_switches() == before && clock_syscall() == SYS_futex ? "yes" : "no");
-	/* Both contexts are now idle for longer than the awake spell, which is
-	** longer than the bound below: a time recorded from the sleeping word
-	** would make the touched one look as old as the other. */
+	/* Both contexts idle for longer than the bound below (by the monotonic
+	** clock, whatever the coarse one did meanwhile), then one is used while
+	** the clock sleeps: a time recorded from the sleeping word would make
+	** it look as old as the other. */
+	while (now_ms() - made < 1300)
+		sleep_ms(50);
 	MUST(dac_context_retrieve(touched, &c));
 	MUST(dac_context_unref(c));
-	SHOW(dac_reap_idle_contexts(500, &n));
+	SHOW(dac_reap_idle_contexts(1000, &n));
 	printf("reaped: %" PRId64 ", the touched one: %s, the untouched one: %s\n", n,
 	       dac_context_is_valid(touched) == DAC_OK ? "kept" : "reaped",
 	       dac_context_is_valid(untouched) == DAC_OK ? "kept" : "reaped");
