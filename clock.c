@@ -53,6 +53,10 @@ static void *clock_run(void *arg) {
 		while (__atomic_load_n(clock_word, __ATOMIC_SEQ_CST) == DACC_CLOCK_ASLEEP)
 			pthread_cond_wait(&clock_cv, &clock_mu);
 		pthread_mutex_unlock(&clock_mu);
+		/* At once, not a tick later: a waker held up between reading the
+		** time and its compare-and-swap may have put in a time that was
+		** already old. */
+		__atomic_store_n(clock_word, monotonic_ms() - clock_base, __ATOMIC_RELAXED);
 	}
 	return NULL;
 }
