@@ -64,12 +64,9 @@ static int host_prepared;
 static int fork_gate_close(int64_t timeout_ms) {
 	__atomic_add_fetch(&dacc_cb_fork_gate, 1, __ATOMIC_SEQ_CST);
 	int own = dacc_tls_in_callback > 0;
-	struct timespec start, now;
-	clock_gettime(CLOCK_MONOTONIC, &start);
+	int64_t start = dacc_monotonic_ms();
 	while (__atomic_load_n(&dacc_cb_in_flight.n, __ATOMIC_SEQ_CST) > own) {
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		int64_t ms = (int64_t)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-		if (ms >= timeout_ms)
+		if (dacc_monotonic_ms() - start >= timeout_ms)
 			return 0;
 		struct timespec ts = {0, 100 * 1000};
 		nanosleep(&ts, NULL);

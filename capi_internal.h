@@ -125,6 +125,8 @@ typedef struct dacc_view {
 #define DACC_CLOCK_ASLEEP (-1)
 int dacc_clock_start(int64_t *word, int64_t start, int64_t tick_ms);
 int64_t dacc_clock_wake(void);
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t dacc_monotonic_ms(void);
 
 /* Set on a thread while it runs the host's cleanup sender (capi.c), so that
 ** dac_set_cleanup_sender called from inside a sender does not wait for itself. */

@@ -34,36 +34,39 @@ static struct timespec clock_tick;
 static pthread_mutex_t clock_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t clock_cv = PTHREAD_COND_INITIALIZER;
 
-static int64_t monotonic_ms(void) {
+int64_t dacc_monotonic_ms(void) {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* What the word reads now. */
+static int64_t clock_now(void) { return dacc_monotonic_ms() - clock_base; }
+
 static void *clock_run(void *arg) {
 	(void)arg;
 	for (;;) {
+		/* Nobody else writes while the word is not asleep. The first store
+		** comes at once, not a tick later: a waker held up between reading
+		** the time and its compare-and-swap may have put in a time that was
+		** already old. */
+		__atomic_store_n(clock_word, clock_now(), __ATOMIC_RELAXED);
 		for (int i = 0; i < DACC_CLOCK_AWAKE_TICKS; i++) {
 			nanosleep(&clock_tick, NULL);
-			/* Nobody else writes while the word is not asleep. */
-			__atomic_store_n(clock_word, monotonic_ms() - clock_base, __ATOMIC_RELAXED);
+			__atomic_store_n(clock_word, clock_now(), __ATOMIC_RELAXED);
 		}
 		pthread_mutex_lock(&clock_mu);
 		__atomic_store_n(clock_word, DACC_CLOCK_ASLEEP, __ATOMIC_SEQ_CST);
 		while (__atomic_load_n(clock_word, __ATOMIC_SEQ_CST) == DACC_CLOCK_ASLEEP)
 			pthread_cond_wait(&clock_cv, &clock_mu);
 		pthread_mutex_unlock(&clock_mu);
-		/* At once, not a tick later: a waker held up between reading the
-		** time and its compare-and-swap may have put in a time that was
-		** already old. */
-		__atomic_store_n(clock_word, monotonic_ms() - clock_base, __ATOMIC_RELAXED);
 	}
 	return NULL;
 }
 
 int dacc_clock_start(int64_t *word, int64_t start, int64_t tick_ms) {
 	clock_word = word;
-	clock_base = monotonic_ms() - start;
+	clock_base = dacc_monotonic_ms() - start;
 	clock_tick = (struct timespec){tick_ms / 1000, (tick_ms % 1000) * 1000000};
 	/* Every blockable signal blocked in the thread: a process-directed
 	** signal is never handled on the library's thread. */
@@ -85,7 +88,7 @@ int dacc_clock_start(int64_t *word, int64_t start, int64_t tick_ms) {
 }
 
 int64_t dacc_clock_wake(void) {
-	int64_t now = monotonic_ms() - clock_base;
+	int64_t now = clock_now();
 	int64_t seen = DACC_CLOCK_ASLEEP;
 	if (!__atomic_compare_exchange_n(clock_word, &seen, now, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
 		return seen; /* woken already: the waker's time, or a tick since */
