@@ -22,7 +22,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
 #include <distautograd.h>
+
+/* CLOCK_MONOTONIC, in milliseconds and in nanoseconds. */
+static inline int64_t now_ms(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline int64_t now_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Sleeps ms milliseconds, all of them (a signal does not cut it short). */
+static inline void sleep_ms(long ms) {
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) != 0) {
+	}
+}
 
 /* Prints the line of one call. It also checks the promises every failing
 ** call makes (dac_last_status is its status, dac_last_error is non-empty) and

@@ -62,17 +62,6 @@ static long clock_switches(void) {
 	return n;
 }
 
-static long now_ms(void) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
-static void sleep_ms(long ms) {
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-	nanosleep(&ts, NULL);
-}
-
 /* Waits (up to a minute: a loaded machine delays ticks, never adds them)
 ** until the clock thread waits in futex (want 1) or not (want 0). */
 static int wait_asleep(int want) {
@@ -92,7 +81,7 @@ int main(void) {
 	MUST(dac_context_unref(c));
 	MUST(dac_context_get_or_create(untouched, &c));
 	MUST(dac_context_unref(c));
-	long made = now_ms();
+	int64_t made = now_ms();
 	REQUIRE(find_clock());
 	printf("asleep once unused: %s\n", wait_asleep(1) ? "yes" : "no");
 	long before = clock_switches();

@@ -61,12 +61,6 @@ static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
 		pthread_mutex_unlock(&out_mu);              \
 	} while (0)
 
-static int64_t now_ns(void) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void pause_us(long us) {
 	struct timespec ts = {0, us * 1000};
 	nanosleep(&ts, NULL);

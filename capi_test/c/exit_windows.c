@@ -24,12 +24,6 @@ static int entries;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
 
-static int64_t now_ms(void) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int blocked(void *user_data, int32_t worker_id, int64_t context_id) {
 	(void)user_data, (void)worker_id, (void)context_id;
 	__atomic_add_fetch(&entries, 1, __ATOMIC_SEQ_CST);

@@ -120,12 +120,6 @@ static uint64_t next_rand(struct worker *w) {
 	return w->rng;
 }
 
-static int64_t now_ns(void) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static struct rec *begin(struct worker *w, int op, int64_t id) {
 	if (w->n == w->cap) {
 		w->cap = w->cap ? 2 * w->cap : 1 << 16;

@@ -190,12 +190,6 @@ static void scenario_workers(void) {
 	PRINT_I64(n);
 }
 
-static void sleep_ms(long ms) {
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) != 0) {
-	}
-}
-
 static void scenario_reap(void) {
 	dac_context *idle = NULL, *used = NULL;
 	int64_t idle_id = 0, used_id = 0, n = -1;

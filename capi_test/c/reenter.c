@@ -28,12 +28,6 @@
 static int bugs, rows;
 static const char *where = "main";
 
-static int64_t now_ms(void) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- the watchdog: a row past the bound ends the program ---- */
 
 static char row_label[256];

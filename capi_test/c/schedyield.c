@@ -12,12 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int64_t now_ns(void) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static int cycle(void) {
 	dac_context *c = NULL;
 	int64_t id = -1;
