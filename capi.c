@@ -311,9 +311,21 @@ int dac_context_new_id(dac_context **out, int64_t *context_id) {
 	return rc;
 }
 
+/* A release, in Go; the context's host drop, if it died there, here
+** after Go has returned (a call from Go into C would cost a crossing
+** more), still on the releasing thread and outside every lock. */
+static int release(int64_t context_id, int if_present, const int32_t *worker_ids, size_t count, int *released) {
+	dacc_host_drop d = {0, 0};
+	int rc = dacgo_context_release(&tls_current, context_id, if_present, (int32_t *)worker_ids, count, released, &d,
+	                               err());
+	if (d.fn != 0)
+		dacc_call_host_drop(d.fn, d.value);
+	return rc;
+}
+
 int dac_context_release(int64_t context_id) {
 	GUARD_FORK();
-	return dacgo_context_release(&tls_current, context_id, 0, NULL, 0, NULL, err());
+	return release(context_id, 0, NULL, 0, NULL);
 }
 
 int dac_release_contexts_of_worker(int32_t worker_id, int64_t *released) {
@@ -604,7 +616,7 @@ int dac_context_release_if_present(int64_t context_id, int *released) {
 		return DAC_OK;
 	}
 	GUARD_FORK();
-	return dacgo_context_release(&tls_current, context_id, 1, NULL, 0, released, err());
+	return release(context_id, 1, NULL, 0, released);
 }
 
 int dac_context_release_with_workers(int64_t context_id, const int32_t *worker_ids, size_t count, int *released) {
@@ -619,7 +631,7 @@ int dac_context_release_with_workers(int64_t context_id, const int32_t *worker_i
 			*released = 0;
 		return DAC_OK;
 	}
-	return dacgo_context_release(&tls_current, context_id, 1, (int32_t *)worker_ids, count, released, err());
+	return release(context_id, 1, worker_ids, count, released);
 }
 
 int dac_context_is_valid(int64_t context_id) {
@@ -657,7 +669,8 @@ int dac_context_ref(dac_context *ctx) {
 		}
 		/* Go says why not; DACC_RETRY: the state moved meanwhile. */
 		GUARD_FORK();
-		int rc = dacgo_context_ref(to_handle(ctx), 1, err());
+		dacc_host_drop none = {0, 0}; /* a ref never kills */
+		int rc = dacgo_context_ref(to_handle(ctx), 1, &none, err());
 		if (rc != DACC_RETRY)
 			return rc;
 	}
@@ -679,7 +692,10 @@ int dac_context_unref(dac_context *ctx) {
 		/* Go drops the last reference, or says why the handle is bad;
 		** DACC_RETRY: the state moved meanwhile. */
 		GUARD_FORK();
-		int rc = dacgo_context_ref(to_handle(ctx), -1, err());
+		dacc_host_drop d = {0, 0};
+		int rc = dacgo_context_ref(to_handle(ctx), -1, &d, err());
+		if (d.fn != 0) /* the record died: its drop runs here, after Go */
+			dacc_call_host_drop(d.fn, d.value);
 		if (rc != DACC_RETRY)
 			return rc;
 	}

@@ -290,18 +290,11 @@ func dacgo_context_is_valid(id C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 }
 
 //export dacgo_context_release
-func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, workers *C.int32_t, nworkers C.size_t, released *C.int, e *C.dacc_error_slot) (rc C.int) {
+func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, workers *C.int32_t, nworkers C.size_t, released *C.int, drop *C.dacc_host_drop, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
 		return fail(e, err)
-	}
-	t := thread(current)
-	if ifPresent == 0 {
-		if err := c.ReleaseContext(t, int64(id)); err != nil {
-			return fail(e, err)
-		}
-		return 0
 	}
 	var also []uint16
 	if nworkers > 0 {
@@ -315,7 +308,11 @@ func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, wo
 			also[i] = uint16(w)
 		}
 	}
-	ok := c.ReleaseContextWithWorkers(t, int64(id), also)
+	ok, d := c.ReleaseContextWithWorkersDeferred(thread(current), int64(id), also)
+	takeDrop(drop, d)
+	if !ok && ifPresent == 0 {
+		return fail(e, container.NotFoundError(int64(id)))
+	}
 	if released != nil {
 		*released = 0
 		if ok {
@@ -362,12 +359,13 @@ func dacgo_reap_idle_contexts(idleMs C.int64_t, released *C.int64_t, e *C.dacc_e
 
 // dacgo_context_ref is where capi.c's dac_context_ref (delta 1) and
 // dac_context_unref (-1) come when their fast path cannot act: it drops
-// the last reference of a released context (the record dies), or says why
+// the last reference of a released context (the record dies; capi.c runs
+// its host drop, from *drop, once this returns), or says why
 // the handle is bad, or returns DACC_RETRY when the state word moved and
 // the fast path may act now.
 //
 //export dacgo_context_ref
-func dacgo_context_ref(h C.uint64_t, delta C.int, e *C.dacc_error_slot) (rc C.int) {
+func dacgo_context_ref(h C.uint64_t, delta C.int, drop *C.dacc_host_drop, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get() // no handle exists before dac_init
 	if err != nil {
@@ -379,7 +377,8 @@ func dacgo_context_ref(h C.uint64_t, delta C.int, e *C.dacc_error_slot) (rc C.in
 		}
 		return C.DACC_RETRY
 	}
-	done, err := c.UnrefLast(uint64(h))
+	done, d, err := c.UnrefLastDeferred(uint64(h))
+	takeDrop(drop, d)
 	if err != nil {
 		return fail(e, err)
 	}
@@ -387,6 +386,14 @@ func dacgo_context_ref(h C.uint64_t, delta C.int, e *C.dacc_error_slot) (rc C.in
 		return C.DACC_RETRY
 	}
 	return 0
+}
+
+// takeDrop hands a dead record's host drop to capi.c, which runs it once
+// the call into Go has returned (on the same thread, outside every lock):
+// a call from Go into C there would cost a crossing more.
+func takeDrop(out *C.dacc_host_drop, d container.HostDrop) {
+	out.fn = C.uintptr_t(d.Fn)
+	out.value = C.uint64_t(d.Value)
 }
 
 // handleContext returns the context of a live handle; every handle function

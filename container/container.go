@@ -396,11 +396,21 @@ func (c *Container) ReleaseContextIfPresent(t *Thread, id int64) bool {
 // workers to the context's known workers, so that the fan-out tells them
 // too: for a host that records the workers of a pass itself.
 func (c *Container) ReleaseContextWithWorkers(t *Thread, id int64, workers []uint16) bool {
+	released, d := c.ReleaseContextWithWorkersDeferred(t, id, workers)
+	c.RunDrop(d)
+	return released
+}
+
+// ReleaseContextWithWorkersDeferred is ReleaseContextWithWorkers that
+// leaves the host drop of a context that died to the caller: the C ABI runs
+// it after its call into Go has returned, which spares a call from Go back
+// into C on every release.
+func (c *Container) ReleaseContextWithWorkersDeferred(t *Thread, id int64, workers []uint16) (bool, HostDrop) {
 	s := c.shard(id)
 	s.mu.Lock()
 	r, idx := c.find(s, id)
 	var ctx *Context
-	var d dying
+	var d HostDrop
 	if r != nil {
 		ctx = c.recs.ctxSlot(idx).Load()
 		var died bool
@@ -413,7 +423,7 @@ func (c *Container) ReleaseContextWithWorkers(t *Thread, id int64, workers []uin
 	}
 	s.mu.Unlock()
 	if r == nil {
-		return false
+		return false, HostDrop{}
 	}
 	c.live.Add(-1)
 	if t != nil && t.current == id {
@@ -426,8 +436,7 @@ func (c *Container) ReleaseContextWithWorkers(t *Thread, id int64, workers []uin
 		workers = nil
 	}
 	c.notify(id, ctx, workers)
-	c.drop(d)
-	return true
+	return true, d
 }
 
 // notify hands a released context's known workers, and extra ones (for a
@@ -460,7 +469,7 @@ func (c *Container) releaseWhere(match func(*Record) bool) int {
 	}
 	released := 0
 	var batch []released1
-	var dead []dying
+	var dead []HostDrop
 	for i := range c.shards {
 		s := &c.shards[i]
 		batch, dead = batch[:0], dead[:0]
@@ -478,7 +487,7 @@ func (c *Container) releaseWhere(match func(*Record) bool) int {
 			c.notify(b.id, b.ctx, nil)
 		}
 		for _, d := range dead {
-			c.drop(d)
+			c.RunDrop(d)
 		}
 		released += len(batch)
 	}

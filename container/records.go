@@ -428,11 +428,13 @@ func (c *Container) unlink(s *indexShard, r *Record, idx uint32) {
 	}
 }
 
-// dying is what remains to do, outside the lock, for a record that died:
-// its host value to drop.
-type dying struct {
-	drop  uintptr
-	value uint64
+// HostDrop is what remains to do, outside every lock, for a record that
+// died: its host value and the drop function the host gave for it (Fn 0:
+// nothing to run). Run it once, on the thread that dropped the last
+// reference: Container.RunDrop, or the host itself.
+type HostDrop struct {
+	Fn    uintptr
+	Value uint64
 }
 
 // unlist releases the record at idx: out of the index and no longer listed
@@ -440,7 +442,7 @@ type dying struct {
 // it dies (died). s.mu is held: a record that did not die stays
 // alive until it is released (its last reference goes through Go, under
 // s.mu).
-func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d dying, died bool) {
+func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d HostDrop, died bool) {
 	c.unlink(s, r, idx)
 	for {
 		st := r.State.Load()
@@ -452,7 +454,7 @@ func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d dying, died 
 			if stateRefs(st) == 0 {
 				return c.die(s, r, idx), true
 			}
-			return dying{}, false
+			return HostDrop{}, false
 		}
 	}
 }
@@ -474,16 +476,16 @@ func (c *Container) contextOf(r *Record, idx uint32) *Context {
 
 // die recycles a record whose state just turned dead, into the free list
 // of s (s.mu held), and returns its host value to drop.
-func (c *Container) die(s *indexShard, r *Record, idx uint32) dying {
+func (c *Container) die(s *indexShard, r *Record, idx uint32) HostDrop {
 	if slot := c.recs.ctxSlot(idx); slot.Load() != nil { // most have none (contextOf)
 		ctx := slot.Swap(nil)
 		ctx.mu.Lock()
 		ctx.rec.Store(nil)
 		ctx.mu.Unlock()
 	}
-	var d dying
+	var d HostDrop
 	if r.HostValue.Load() != 0 { // the drop is set after the value, if at all
-		d = dying{drop: r.HostDrop.Swap(0), value: r.HostValue.Swap(0)}
+		d = HostDrop{Fn: r.HostDrop.Swap(0), Value: r.HostValue.Swap(0)}
 	}
 	c.freeRecord(s, r, idx)
 	return d
@@ -494,13 +496,14 @@ func (c *Container) freeRecord(s *indexShard, r *Record, idx uint32) {
 	s.free = idx + 1
 }
 
-// drop runs a dead record's host drop function, outside every lock.
-func (c *Container) drop(d dying) {
-	if d.drop == 0 {
+// RunDrop runs a dead record's host drop function (through the function
+// SetHostDrop gave), outside every lock.
+func (c *Container) RunDrop(d HostDrop) {
+	if d.Fn == 0 {
 		return
 	}
 	if f := c.dropper.Load(); f != nil {
-		(*f)(d.drop, d.value)
+		(*f)(d.Fn, d.Value)
 	}
 }
 
@@ -582,32 +585,41 @@ func (c *Container) CheckRef(h uint64) error {
 }
 
 // UnrefLast drops the last reference of a record no longer listed, which
-// then dies (C drops every other reference itself). It returns false,
-// having changed nothing, if the handle's record is in another state now
-// (referenced again, or listed): the caller tries again.
+// then dies (C drops every other reference itself), and runs its host
+// drop. It returns false, having changed nothing, if the handle's record is
+// in another state now (referenced again, or listed): the caller tries
+// again.
 func (c *Container) UnrefLast(h uint64) (bool, error) {
+	done, d, err := c.UnrefLastDeferred(h)
+	c.RunDrop(d)
+	return done, err
+}
+
+// UnrefLastDeferred is UnrefLast that leaves the host drop to the caller:
+// the C ABI runs it after its call into Go has returned, which spares a
+// call from Go back into C.
+func (c *Container) UnrefLastDeferred(h uint64) (bool, HostDrop, error) {
 	r, idx, gen := c.record(h)
 	if r == nil {
-		return false, errBadHandle(h)
+		return false, HostDrop{}, errBadHandle(h)
 	}
 	st := r.State.Load()
 	if !referenced(st, gen) {
-		return false, errBadHandle(h)
+		return false, HostDrop{}, errBadHandle(h)
 	}
 	if st != uint64(gen)<<32|1 {
-		return false, nil
+		return false, HostDrop{}, nil
 	}
 	// Under the shard's lock: the free list is the shard's.
 	s := c.shard(r.ID.Load())
 	s.mu.Lock()
 	if !r.State.CompareAndSwap(st, uint64(nextGen(gen))<<32) {
 		s.mu.Unlock()
-		return false, nil
+		return false, HostDrop{}, nil
 	}
 	d := c.die(s, r, idx)
 	s.mu.Unlock()
-	c.drop(d)
-	return true, nil
+	return true, d, nil
 }
 
 // LiveReferences returns how many references handles hold now, over every

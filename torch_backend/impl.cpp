@@ -133,23 +133,29 @@ struct Handle {
   }
 };
 
+// Makes a libtorch context for the distautograd context of id (through a
+// live handle) and hangs it on as the host value, unless another thread's
+// got there first: either way, the one the context keeps.
+ContextPtr attach(dac_context* h, int64_t id) {
+  auto* cand = new ContextPtr(make_torch_context(id));
+  uint64_t cur = 0;
+  int rc = dac_context_set_host_value(h, reinterpret_cast<uintptr_t>(cand), drop_host, &cur);
+  if (rc != DAC_OK || cur != reinterpret_cast<uintptr_t>(cand))
+    delete cand;
+  check(rc);
+  return *reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(cur));
+}
+
 // The libtorch context of a distautograd context (through a live handle):
 // the host value, made and agreed on if it has none yet.
 ContextPtr hosted(dac_context* h) {
   uint64_t v = 0;
   check(dac_context_host_value(h, &v));
-  if (__builtin_expect(v == 0, 0)) {
-    int64_t id = 0;
-    check(dac_context_id(h, &id));
-    auto* cand = new ContextPtr(make_torch_context(id));
-    uint64_t cur = 0;
-    int rc = dac_context_set_host_value(h, reinterpret_cast<uintptr_t>(cand), drop_host, &cur);
-    if (rc != DAC_OK || cur != reinterpret_cast<uintptr_t>(cand))
-      delete cand;
-    check(rc);
-    v = cur;
-  }
-  return *reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(v));
+  if (__builtin_expect(v != 0, 1))
+    return *reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(v));
+  int64_t id = 0;
+  check(dac_context_id(h, &id));
+  return attach(h, id);
 }
 
 // ---- The cleanup sender: torch's own CleanupAutogradContextReq ----------
@@ -248,13 +254,12 @@ void* m_getInstance() {
 
 ContextPtr m_newContext(void*) {
   Handle h;
-  check(dac_context_new(&h.h));
+  int64_t id = 0;
+  check(dac_context_new_id(&h.h, &id));
   try {
-    return hosted(h.h);
+    return attach(h.h, id);  // none hosted yet, unless a racing get-or-create was first
   } catch (...) {
-    int64_t id = 0;
-    if (dac_context_id(h.h, &id) == DAC_OK)
-      dac_context_release_if_present(id, nullptr);  // all or nothing
+    dac_context_release_if_present(id, nullptr);  // all or nothing
     throw;
   }
 }
