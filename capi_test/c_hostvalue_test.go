@@ -24,3 +24,19 @@ func TestHostValueRaceC(t *testing.T) {
 		}
 	}
 }
+
+// A host value's drop, for every way a context dies (a release, the last
+// unref after one, a reap, a release by worker, a release on another
+// thread): it runs exactly once, on the thread that dropped the last
+// reference, once the context is gone, and may call the library, a
+// release whose own drop runs inside it included.
+func TestHostValueDropsC(t *testing.T) {
+	t.Parallel()
+	assertTranscript(t, `
+		release, no handle left: each dropped once: yes, on the dropping thread: yes, after it was gone: yes, chain nested: yes, contexts left: 0
+		last unref after the release: each dropped once: yes, on the dropping thread: yes, after it was gone: yes, chain nested: yes, contexts left: 0
+		reap: each dropped once: yes, on the dropping thread: yes, after it was gone: yes, none nested: yes, contexts left: 0
+		release by worker: each dropped once: yes, on the dropping thread: yes, after it was gone: yes, none nested: yes, contexts left: 0
+		release from another thread: each dropped once: yes, on the dropping thread: yes, after it was gone: yes, chain nested: yes, contexts left: 0
+	`, run(t, buildC(t, "c/drops.c", "-lpthread")))
+}

@@ -89,6 +89,59 @@ func TestRecordDiesOnReleaseWithoutHandles(t *testing.T) {
 	assert.Equal(t, 1, c.ReleaseContextsOfWorker(3))
 }
 
+// The deferred release and unref hand a dying record's host drop to the
+// caller instead of running it (the C ABI runs it after Go returns): the
+// dropper is not called, the drop comes back exactly once, with its value,
+// and only from the call where the record died.
+func TestDeferredDropsComeBackOnce(t *testing.T) {
+	c := newContainer(t)
+	var dropped []uint64
+	c.SetHostDrop(func(drop uintptr, value uint64) { dropped = append(dropped, value) })
+
+	// Released with no handle: it dies in the release, which returns its drop.
+	h, err := c.GetOrCreateContextHandle(first3)
+	require.NoError(t, err)
+	setHostValue(t, c, h, 7, 0x70)
+	done, d, err := c.UnrefLastDeferred(h)
+	require.NoError(t, err)
+	assert.False(t, done, "listed: not Go's to drop")
+	assert.Zero(t, d)
+	container.DropRefAsC(c, h)
+	released, d := c.ReleaseContextWithWorkersDeferred(nil, first3, []uint16{4})
+	assert.True(t, released)
+	assert.Equal(t, container.HostDrop{Fn: 0x70, Value: 7}, d)
+	released, d = c.ReleaseContextWithWorkersDeferred(nil, first3, nil)
+	assert.False(t, released, "gone already")
+	assert.Zero(t, d)
+
+	// Released while referenced: the last unref returns it.
+	h, err = c.GetOrCreateContextHandle(first3 + 1)
+	require.NoError(t, err)
+	setHostValue(t, c, h, 8, 0x80)
+	released, d = c.ReleaseContextWithWorkersDeferred(nil, first3+1, nil)
+	assert.True(t, released)
+	assert.Zero(t, d, "a handle still refers to it")
+	done, d, err = c.UnrefLastDeferred(h)
+	require.NoError(t, err)
+	assert.True(t, done)
+	assert.Equal(t, container.HostDrop{Fn: 0x80, Value: 8}, d)
+	_, d, err = c.UnrefLastDeferred(h)
+	assert.Equal(t, container.ErrBadHandle, container.CodeOf(err))
+	assert.Zero(t, d)
+
+	// A context without a host value dies with nothing to drop.
+	_, err = c.GetOrCreateContext(first3 + 2)
+	require.NoError(t, err)
+	released, d = c.ReleaseContextWithWorkersDeferred(nil, first3+2, nil)
+	assert.True(t, released)
+	assert.Zero(t, d)
+
+	assert.Empty(t, dropped, "the deferred calls never run the dropper")
+	c.RunDrop(container.HostDrop{Fn: 0x70, Value: 7})
+	c.RunDrop(container.HostDrop{})
+	assert.Equal(t, []uint64{7}, dropped, "RunDrop runs one, and nothing for none")
+}
+
 // The index grows past its first buckets many times and every context
 // stays findable, through growth and releases.
 func TestIndexGrows(t *testing.T) {
