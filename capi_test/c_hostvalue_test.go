@@ -3,6 +3,8 @@ package capi_test
 import (
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Host values from C (capi_test/c/hostvalue.c): six threads get-or-create,
@@ -11,7 +13,23 @@ import (
 // once, never while a handle to its context is live, and nothing is left.
 func TestHostValueRaceC(t *testing.T) {
 	t.Parallel()
-	out := run(t, buildC(t, "c/hostvalue.c", "-lpthread"))
+	assertHostValueRace(t, run(t, buildC(t, "c/hostvalue.c", "-lpthread")))
+}
+
+// The same race under AddressSanitizer and LeakSanitizer, the program and
+// the library (go build -asan) both instrumented: no bad access while the
+// threads race on records and host values, no losing candidate leaked.
+func TestHostValueRaceSanitized(t *testing.T) {
+	t.Parallel()
+	bin, env := buildSanitized(t, "c/hostvalue.c")
+	r := runEnv(t, env, bin)
+	require.Equal(t, 0, r.Code, "stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
+	assertNoSanitizerReport(t, r.Stderr)
+	assertHostValueRace(t, r.Stdout)
+}
+
+func assertHostValueRace(t *testing.T, out string) {
+	t.Helper()
 	for _, want := range []string{
 		"contexts left = 0",
 		"values not dropped exactly once = 0",
@@ -32,11 +50,23 @@ func TestHostValueRaceC(t *testing.T) {
 // release whose own drop runs inside it included.
 func TestHostValueDropsC(t *testing.T) {
 	t.Parallel()
-	assertTranscript(t, `
+	assertTranscript(t, dropsVerdict, run(t, buildC(t, "c/drops.c", "-lpthread")))
+}
+
+// The same under AddressSanitizer, the program and the library.
+func TestHostValueDropsSanitized(t *testing.T) {
+	t.Parallel()
+	bin, env := buildSanitized(t, "c/drops.c")
+	r := runEnv(t, env, bin)
+	require.Equal(t, 0, r.Code, "stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
+	assertNoSanitizerReport(t, r.Stderr)
+	assertTranscript(t, dropsVerdict, r.Stdout)
+}
+
+const dropsVerdict = `
 		release, no handle left: each dropped once: yes, on the dropping thread: yes, after it was gone: yes, chain nested: yes, contexts left: 0
 		last unref after the release: each dropped once: yes, on the dropping thread: yes, after it was gone: yes, chain nested: yes, contexts left: 0
 		reap: each dropped once: yes, on the dropping thread: yes, after it was gone: yes, none nested: yes, contexts left: 0
 		release by worker: each dropped once: yes, on the dropping thread: yes, after it was gone: yes, none nested: yes, contexts left: 0
 		release from another thread: each dropped once: yes, on the dropping thread: yes, after it was gone: yes, chain nested: yes, contexts left: 0
-	`, run(t, buildC(t, "c/drops.c", "-lpthread")))
-}
+`

@@ -2,7 +2,8 @@
 ** race get-or-create, set-host-value (each a malloc'd candidate, the loser
 ** freed), read and unref against a thread releasing the same ids: every
 ** agreed value is dropped exactly once, never while a handle to its context
-** is live (each value counts the handles its readers hold). Prints counts. */
+** is live (each value counts the handles its readers hold). Prints counts;
+** every value is freed at the end, so a leak is the library's. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,10 +18,12 @@ typedef struct value {
 	uint64_t handle; /* the context it was made for: one life of id */
 	int holders; /* atomic: readers holding a handle while using it */
 	int drops;   /* atomic */
+	struct value *next; /* in the list of every value a context agreed on */
 } value;
 
 static int bad, mismatched;
-static value *agreed[IDS]; /* atomic */
+static value *agreed[IDS]; /* atomic: the first value agreed on under each id */
+static value *all;         /* atomic: every value a context agreed on */
 
 static void drop(uint64_t v) {
 	value *p = (value *)(uintptr_t)v;
@@ -44,8 +47,13 @@ static void *reader(void *arg) {
 		if (dac_context_set_host_value(ctx, (uint64_t)(uintptr_t)cand, drop, &cur) != DAC_OK)
 			__atomic_add_fetch(&bad, 1, __ATOMIC_SEQ_CST);
 		value *v = (value *)(uintptr_t)cur;
-		if (v != cand)
+		if (v != cand) {
 			free(cand);
+		} else {
+			cand->next = __atomic_load_n(&all, __ATOMIC_SEQ_CST);
+			while (!__atomic_compare_exchange_n(&all, &cand->next, cand, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+			}
+		}
 		__atomic_add_fetch(&v->holders, 1, __ATOMIC_SEQ_CST);
 		value *expect = NULL;
 		if (!__atomic_compare_exchange_n(&agreed[i], &expect, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) &&
@@ -87,8 +95,14 @@ int main(void) {
 	dac_num_contexts(&n);
 	int not_once = 0;
 	for (int i = 0; i < IDS; i++)
-		if (agreed[i] == NULL || __atomic_load_n(&agreed[i]->drops, __ATOMIC_SEQ_CST) != 1)
+		if (agreed[i] == NULL)
 			not_once++;
+	for (value *v = all, *next; v != NULL; v = next) {
+		next = v->next;
+		if (__atomic_load_n(&v->drops, __ATOMIC_SEQ_CST) != 1)
+			not_once++;
+		free(v);
+	}
 	char buf[512];
 	size_t len;
 	dac_debug_info(buf, sizeof buf, &len);
