@@ -315,7 +315,7 @@ int dac_context_new_id(dac_context **out, int64_t *context_id) {
 ** after Go has returned (a call from Go into C would cost a crossing
 ** more), still on the releasing thread and outside every lock. */
 static int release(int64_t context_id, int if_present, const int32_t *worker_ids, size_t count, int *released) {
-	dacc_host_drop d = {0, 0};
+	dacc_pending_drop d = {0, 0};
 	int rc = dacgo_context_release(&tls_current, context_id, if_present, (int32_t *)worker_ids, count, released, &d,
 	                               err());
 	if (d.fn != 0)
@@ -669,7 +669,7 @@ int dac_context_ref(dac_context *ctx) {
 		}
 		/* Go says why not; DACC_RETRY: the state moved meanwhile. */
 		GUARD_FORK();
-		dacc_host_drop none = {0, 0}; /* a ref never kills */
+		dacc_pending_drop none = {0, 0}; /* a ref never kills */
 		int rc = dacgo_context_ref(to_handle(ctx), 1, &none, err());
 		if (rc != DACC_RETRY)
 			return rc;
@@ -692,7 +692,7 @@ int dac_context_unref(dac_context *ctx) {
 		/* Go drops the last reference, or says why the handle is bad;
 		** DACC_RETRY: the state moved meanwhile. */
 		GUARD_FORK();
-		dacc_host_drop d = {0, 0};
+		dacc_pending_drop d = {0, 0};
 		int rc = dacgo_context_ref(to_handle(ctx), -1, &d, err());
 		if (d.fn != 0) /* the record died: its drop runs here, after Go */
 			dacc_call_host_drop(d.fn, d.value);

@@ -27,10 +27,10 @@ typedef struct dacc_error_slot {
 /* A dead record's host value and its drop function (fn 0: none), which
 ** the Go side hands back instead of calling into C itself: capi.c runs it
 ** once the call into Go has returned (dacc_call_host_drop, below). */
-typedef struct dacc_host_drop {
+typedef struct dacc_pending_drop {
 	uintptr_t fn;
 	uint64_t value;
-} dacc_host_drop;
+} dacc_pending_drop;
 
 /* Which of a context's two function maps a dacgo_context_*function* call
 ** means (its kind argument). */
@@ -57,10 +57,10 @@ int dacgo_context_retrieve(int64_t id, int if_present, uint64_t *out, dacc_error
 int dacgo_context_get_or_create(int64_t id, uint64_t *out, dacc_error_slot *e);
 int dacgo_context_is_valid(int64_t id, dacc_error_slot *e);
 int dacgo_context_release(int64_t *current, int64_t id, int if_present, int32_t *workers, size_t nworkers,
-                          int *released, dacc_host_drop *drop, dacc_error_slot *e);
+                          int *released, dacc_pending_drop *drop, dacc_error_slot *e);
 int dacgo_release_contexts_of_worker(int32_t worker, int64_t *released, dacc_error_slot *e);
 int dacgo_reap_idle_contexts(int64_t idle_ms, int64_t *released, dacc_error_slot *e);
-int dacgo_context_ref(uint64_t h, int delta, dacc_host_drop *drop, dacc_error_slot *e);
+int dacgo_context_ref(uint64_t h, int delta, dacc_pending_drop *drop, dacc_error_slot *e);
 int dacgo_context_id(uint64_t h, int64_t *out, dacc_error_slot *e);
 int dacgo_context_add_known_worker_id(uint64_t h, int32_t worker, dacc_error_slot *e);
 int dacgo_context_known_worker_ids(uint64_t h, int32_t *ids, size_t capacity, size_t *count, dacc_error_slot *e);
@@ -200,7 +200,7 @@ static inline void dacc_call_log(void *fn, void *user_data, int level, const cha
 /* A host value's drop function, run where the context's last reference
 ** went: on the thread that dropped it, outside every lock of the container.
 ** capi.c calls it after a release or an unref (Go hands the drop back, see
-** dacc_host_drop); Go calls it for a reap or a bulk release. */
+** dacc_pending_drop); Go calls it for a reap or a bulk release. */
 static inline void dacc_call_host_drop(uintptr_t fn, uint64_t value) {
 	dacc_callback_enter();
 	((dac_host_value_drop)fn)(value);

@@ -290,7 +290,7 @@ func dacgo_context_is_valid(id C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 }
 
 //export dacgo_context_release
-func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, workers *C.int32_t, nworkers C.size_t, released *C.int, drop *C.dacc_host_drop, e *C.dacc_error_slot) (rc C.int) {
+func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, workers *C.int32_t, nworkers C.size_t, released *C.int, drop *C.dacc_pending_drop, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -365,7 +365,7 @@ func dacgo_reap_idle_contexts(idleMs C.int64_t, released *C.int64_t, e *C.dacc_e
 // the fast path may act now.
 //
 //export dacgo_context_ref
-func dacgo_context_ref(h C.uint64_t, delta C.int, drop *C.dacc_host_drop, e *C.dacc_error_slot) (rc C.int) {
+func dacgo_context_ref(h C.uint64_t, delta C.int, drop *C.dacc_pending_drop, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get() // no handle exists before dac_init
 	if err != nil {
@@ -391,7 +391,7 @@ func dacgo_context_ref(h C.uint64_t, delta C.int, drop *C.dacc_host_drop, e *C.d
 // takeDrop hands a dead record's host drop to capi.c, which runs it once
 // the call into Go has returned (on the same thread, outside every lock):
 // a call from Go into C there would cost a crossing more.
-func takeDrop(out *C.dacc_host_drop, d container.HostDrop) {
+func takeDrop(out *C.dacc_pending_drop, d container.PendingDrop) {
 	out.fn = C.uintptr_t(d.Fn)
 	out.value = C.uint64_t(d.Value)
 }

@@ -405,12 +405,12 @@ func (c *Container) ReleaseContextWithWorkers(t *Thread, id int64, workers []uin
 // leaves the host drop of a context that died to the caller: the C ABI runs
 // it after its call into Go has returned, which spares a call from Go back
 // into C on every release.
-func (c *Container) ReleaseContextWithWorkersDeferred(t *Thread, id int64, workers []uint16) (bool, HostDrop) {
+func (c *Container) ReleaseContextWithWorkersDeferred(t *Thread, id int64, workers []uint16) (bool, PendingDrop) {
 	s := c.shard(id)
 	s.mu.Lock()
 	r, idx := c.find(s, id)
 	var ctx *Context
-	var d HostDrop
+	var d PendingDrop
 	if r != nil {
 		ctx = c.recs.ctxSlot(idx).Load()
 		var died bool
@@ -423,7 +423,7 @@ func (c *Container) ReleaseContextWithWorkersDeferred(t *Thread, id int64, worke
 	}
 	s.mu.Unlock()
 	if r == nil {
-		return false, HostDrop{}
+		return false, PendingDrop{}
 	}
 	c.live.Add(-1)
 	if t != nil && t.current == id {
@@ -469,7 +469,7 @@ func (c *Container) releaseWhere(match func(*Record) bool) int {
 	}
 	released := 0
 	var batch []released1
-	var dead []HostDrop
+	var dead []PendingDrop
 	for i := range c.shards {
 		s := &c.shards[i]
 		batch, dead = batch[:0], dead[:0]

@@ -428,11 +428,11 @@ func (c *Container) unlink(s *indexShard, r *Record, idx uint32) {
 	}
 }
 
-// HostDrop is what remains to do, outside every lock, for a record that
+// PendingDrop is what remains to do, outside every lock, for a record that
 // died: its host value and the drop function the host gave for it (Fn 0:
 // nothing to run). Run it once, on the thread that dropped the last
 // reference: Container.RunDrop, or the host itself.
-type HostDrop struct {
+type PendingDrop struct {
 	Fn    uintptr
 	Value uint64
 }
@@ -442,7 +442,7 @@ type HostDrop struct {
 // it dies (died). s.mu is held: a record that did not die stays
 // alive until it is released (its last reference goes through Go, under
 // s.mu).
-func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d HostDrop, died bool) {
+func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d PendingDrop, died bool) {
 	c.unlink(s, r, idx)
 	for {
 		st := r.State.Load()
@@ -454,7 +454,7 @@ func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d HostDrop, di
 			if stateRefs(st) == 0 {
 				return c.die(s, r, idx), true
 			}
-			return HostDrop{}, false
+			return PendingDrop{}, false
 		}
 	}
 }
@@ -476,16 +476,16 @@ func (c *Container) contextOf(r *Record, idx uint32) *Context {
 
 // die recycles a record whose state just turned dead, into the free list
 // of s (s.mu held), and returns its host value to drop.
-func (c *Container) die(s *indexShard, r *Record, idx uint32) HostDrop {
+func (c *Container) die(s *indexShard, r *Record, idx uint32) PendingDrop {
 	if slot := c.recs.ctxSlot(idx); slot.Load() != nil { // most have none (contextOf)
 		ctx := slot.Swap(nil)
 		ctx.mu.Lock()
 		ctx.rec.Store(nil)
 		ctx.mu.Unlock()
 	}
-	var d HostDrop
+	var d PendingDrop
 	if r.HostValue.Load() != 0 { // the drop is set after the value, if at all
-		d = HostDrop{Fn: r.HostDrop.Swap(0), Value: r.HostValue.Swap(0)}
+		d = PendingDrop{Fn: r.HostDrop.Swap(0), Value: r.HostValue.Swap(0)}
 	}
 	c.freeRecord(s, r, idx)
 	return d
@@ -498,7 +498,7 @@ func (c *Container) freeRecord(s *indexShard, r *Record, idx uint32) {
 
 // RunDrop runs a dead record's host drop function (through the function
 // SetHostDrop gave), outside every lock.
-func (c *Container) RunDrop(d HostDrop) {
+func (c *Container) RunDrop(d PendingDrop) {
 	if d.Fn == 0 {
 		return
 	}
@@ -598,24 +598,24 @@ func (c *Container) UnrefLast(h uint64) (bool, error) {
 // UnrefLastDeferred is UnrefLast that leaves the host drop to the caller:
 // the C ABI runs it after its call into Go has returned, which spares a
 // call from Go back into C.
-func (c *Container) UnrefLastDeferred(h uint64) (bool, HostDrop, error) {
+func (c *Container) UnrefLastDeferred(h uint64) (bool, PendingDrop, error) {
 	r, idx, gen := c.record(h)
 	if r == nil {
-		return false, HostDrop{}, errBadHandle(h)
+		return false, PendingDrop{}, errBadHandle(h)
 	}
 	st := r.State.Load()
 	if !referenced(st, gen) {
-		return false, HostDrop{}, errBadHandle(h)
+		return false, PendingDrop{}, errBadHandle(h)
 	}
 	if st != uint64(gen)<<32|1 {
-		return false, HostDrop{}, nil
+		return false, PendingDrop{}, nil
 	}
 	// Under the shard's lock: the free list is the shard's.
 	s := c.shard(r.ID.Load())
 	s.mu.Lock()
 	if !r.State.CompareAndSwap(st, uint64(nextGen(gen))<<32) {
 		s.mu.Unlock()
-		return false, HostDrop{}, nil
+		return false, PendingDrop{}, nil
 	}
 	d := c.die(s, r, idx)
 	s.mu.Unlock()

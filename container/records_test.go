@@ -109,7 +109,7 @@ func TestDeferredDropsComeBackOnce(t *testing.T) {
 	container.DropRefAsC(c, h)
 	released, d := c.ReleaseContextWithWorkersDeferred(nil, first3, []uint16{4})
 	assert.True(t, released)
-	assert.Equal(t, container.HostDrop{Fn: 0x70, Value: 7}, d)
+	assert.Equal(t, container.PendingDrop{Fn: 0x70, Value: 7}, d)
 	released, d = c.ReleaseContextWithWorkersDeferred(nil, first3, nil)
 	assert.False(t, released, "gone already")
 	assert.Zero(t, d)
@@ -124,7 +124,7 @@ func TestDeferredDropsComeBackOnce(t *testing.T) {
 	done, d, err = c.UnrefLastDeferred(h)
 	require.NoError(t, err)
 	assert.True(t, done)
-	assert.Equal(t, container.HostDrop{Fn: 0x80, Value: 8}, d)
+	assert.Equal(t, container.PendingDrop{Fn: 0x80, Value: 8}, d)
 	_, d, err = c.UnrefLastDeferred(h)
 	assert.Equal(t, container.ErrBadHandle, container.CodeOf(err))
 	assert.Zero(t, d)
@@ -137,8 +137,8 @@ func TestDeferredDropsComeBackOnce(t *testing.T) {
 	assert.Zero(t, d)
 
 	assert.Empty(t, dropped, "the deferred calls never run the dropper")
-	c.RunDrop(container.HostDrop{Fn: 0x70, Value: 7})
-	c.RunDrop(container.HostDrop{})
+	c.RunDrop(container.PendingDrop{Fn: 0x70, Value: 7})
+	c.RunDrop(container.PendingDrop{})
 	assert.Equal(t, []uint64{7}, dropped, "RunDrop runs one, and nothing for none")
 }
 
