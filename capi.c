@@ -311,15 +311,20 @@ int dac_context_new_id(dac_context **out, int64_t *context_id) {
 	return rc;
 }
 
-/* A release, in Go; the context's host drop, if it died there, here
-** after Go has returned (a call from Go into C would cost a crossing
-** more), still on the releasing thread and outside every lock. */
+/* Runs the host drop Go handed back for a context that died in the call
+** just returned (a call from Go into C would cost a crossing more): still
+** on the thread that dropped the last reference, outside every lock. */
+static inline void run_pending_drop(const dacc_pending_drop *d) {
+	if (d->fn != 0)
+		dacc_call_host_drop(d->fn, d->value);
+}
+
+/* A release, in Go; the host drop of a context that died there, here. */
 static int release(int64_t context_id, int if_present, const int32_t *worker_ids, size_t count, int *released) {
 	dacc_pending_drop d = {0, 0};
 	int rc = dacgo_context_release(&tls_current, context_id, if_present, (int32_t *)worker_ids, count, released, &d,
 	                               err());
-	if (d.fn != 0)
-		dacc_call_host_drop(d.fn, d.value);
+	run_pending_drop(&d);
 	return rc;
 }
 
@@ -694,8 +699,7 @@ int dac_context_unref(dac_context *ctx) {
 		GUARD_FORK();
 		dacc_pending_drop d = {0, 0};
 		int rc = dacgo_context_ref(to_handle(ctx), -1, &d, err());
-		if (d.fn != 0) /* the record died: its drop runs here, after Go */
-			dacc_call_host_drop(d.fn, d.value);
+		run_pending_drop(&d); /* if the record died */
 		if (rc != DACC_RETRY)
 			return rc;
 	}

@@ -3,8 +3,6 @@ package capi_test
 import (
 	"strings"
 	"testing"
-
-	"github.com/stretchr/testify/require"
 )
 
 // Host values from C (capi_test/c/hostvalue.c): six threads get-or-create,
@@ -21,11 +19,7 @@ func TestHostValueRaceC(t *testing.T) {
 // threads race on records and host values, no losing candidate leaked.
 func TestHostValueRaceSanitized(t *testing.T) {
 	t.Parallel()
-	bin, env := buildSanitized(t, "c/hostvalue.c")
-	r := runEnv(t, env, bin)
-	require.Equal(t, 0, r.Code, "stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
-	assertNoSanitizerReport(t, r.Stderr)
-	assertHostValueRace(t, r.Stdout)
+	assertHostValueRace(t, runSanitized(t, "c/hostvalue.c").Stdout)
 }
 
 func assertHostValueRace(t *testing.T, out string) {
@@ -56,11 +50,7 @@ func TestHostValueDropsC(t *testing.T) {
 // The same under AddressSanitizer, the program and the library.
 func TestHostValueDropsSanitized(t *testing.T) {
 	t.Parallel()
-	bin, env := buildSanitized(t, "c/drops.c")
-	r := runEnv(t, env, bin)
-	require.Equal(t, 0, r.Code, "stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
-	assertNoSanitizerReport(t, r.Stderr)
-	assertTranscript(t, dropsVerdict, r.Stdout)
+	assertTranscript(t, dropsVerdict, runSanitized(t, "c/drops.c").Stdout)
 }
 
 const dropsVerdict = `

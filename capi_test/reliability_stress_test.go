@@ -65,6 +65,25 @@ func buildSanitized(t *testing.T, src string) (string, []string) {
 	return buildC(t, src, sanitizerFlags...), env
 }
 
+// runSanitized builds src with the sanitizers, runs it with args against
+// build/asan/libdistautograd.so and requires a clean run: exit 0, no
+// sanitizer report.
+func runSanitized(t *testing.T, src string, args ...string) result {
+	t.Helper()
+	bin, env := buildSanitized(t, src)
+	return runCleanSanitized(t, env, bin, args...)
+}
+
+// runCleanSanitized runs a sanitized program and requires exit 0 and no
+// sanitizer report.
+func runCleanSanitized(t *testing.T, env []string, bin string, args ...string) result {
+	t.Helper()
+	r := runEnv(t, env, bin, args...)
+	require.Equal(t, 0, r.Code, "stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
+	assertNoSanitizerReport(t, r.Stderr)
+	return r
+}
+
 // sanitizedEnv returns the environment that runs a sanitized program
 // against build/asan/libdistautograd.so, once it has checked that one can
 // be built and run here; it skips (fails under CI) where not, saying why.
@@ -129,9 +148,7 @@ func TestStressSanitized(t *testing.T) {
 	assert.Contains(t, canary.Stderr, "ERROR: AddressSanitizer: heap-buffer-overflow")
 	assert.Contains(t, canary.Stderr, "dacgo_context_known_worker_ids", "reported in the library's Go code")
 
-	r := runEnv(t, env, bin, "8", "2")
-	require.Equal(t, 0, r.Code, "stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
-	assertNoSanitizerReport(t, r.Stderr)
+	r := runCleanSanitized(t, env, bin, "8", "2")
 	t.Log(strings.TrimSpace(r.Stderr))
 	assertTranscript(t, stressVerdict, r.Stdout)
 }

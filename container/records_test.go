@@ -23,8 +23,7 @@ func newTestContext(t *testing.T, c *container.Container, id int64) *container.C
 // reused for another context.
 func TestRecordLifecycle(t *testing.T) {
 	c := newContainer(t)
-	var dropped []uint64
-	c.SetHostDrop(func(drop uintptr, value uint64) { dropped = append(dropped, value) })
+	dropped := recordDrops(c)
 
 	h, err := c.GetOrCreateContextHandle(first3)
 	require.NoError(t, err)
@@ -44,12 +43,12 @@ func TestRecordLifecycle(t *testing.T) {
 	ctx, err := c.HandleContext(h)
 	require.NoError(t, err, "a handle keeps a released context readable")
 	assert.Equal(t, first3, ctx.ID())
-	assert.Empty(t, dropped, "not dropped while referenced")
+	assert.Empty(t, *dropped, "not dropped while referenced")
 
 	done, err = c.UnrefLast(h)
 	require.NoError(t, err)
 	assert.True(t, done)
-	assert.Equal(t, []uint64{42}, dropped)
+	assert.Equal(t, []uint64{42}, *dropped)
 	assert.Zero(t, c.LiveReferences())
 	_, err = c.HandleContext(h)
 	assert.Equal(t, container.ErrBadHandle, container.CodeOf(err))
@@ -72,8 +71,7 @@ func TestRecordLifecycle(t *testing.T) {
 // A released context without handles dies at once, its host value dropped.
 func TestRecordDiesOnReleaseWithoutHandles(t *testing.T) {
 	c := newContainer(t)
-	var dropped []uint64
-	c.SetHostDrop(func(drop uintptr, value uint64) { dropped = append(dropped, value) })
+	dropped := recordDrops(c)
 	h, err := c.GetOrCreateContextHandle(first3)
 	require.NoError(t, err)
 	setHostValue(t, c, h, 9, 1)
@@ -81,11 +79,11 @@ func TestRecordDiesOnReleaseWithoutHandles(t *testing.T) {
 	_, err = c.GetOrCreateContext(first3 + 1)
 	require.NoError(t, err)
 	require.True(t, c.ReleaseContextIfPresent(nil, first3))
-	assert.Empty(t, dropped)
+	assert.Empty(t, *dropped)
 	done, err := c.UnrefLast(h)
 	require.NoError(t, err)
 	require.True(t, done)
-	assert.Equal(t, []uint64{9}, dropped)
+	assert.Equal(t, []uint64{9}, *dropped)
 	assert.Equal(t, 1, c.ReleaseContextsOfWorker(3))
 }
 
@@ -95,8 +93,7 @@ func TestRecordDiesOnReleaseWithoutHandles(t *testing.T) {
 // and only from the call where the record died.
 func TestDeferredDropsComeBackOnce(t *testing.T) {
 	c := newContainer(t)
-	var dropped []uint64
-	c.SetHostDrop(func(drop uintptr, value uint64) { dropped = append(dropped, value) })
+	dropped := recordDrops(c)
 
 	// Released with no handle: it dies in the release, which returns its drop.
 	h, err := c.GetOrCreateContextHandle(first3)
@@ -136,10 +133,10 @@ func TestDeferredDropsComeBackOnce(t *testing.T) {
 	assert.True(t, released)
 	assert.Zero(t, d)
 
-	assert.Empty(t, dropped, "the deferred calls never run the dropper")
+	assert.Empty(t, *dropped, "the deferred calls never run the dropper")
 	c.RunDrop(container.PendingDrop{Fn: 0x70, Value: 7})
 	c.RunDrop(container.PendingDrop{})
-	assert.Equal(t, []uint64{7}, dropped, "RunDrop runs one, and nothing for none")
+	assert.Equal(t, []uint64{7}, *dropped, "RunDrop runs one, and nothing for none")
 }
 
 // The index grows past its first buckets many times and every context
@@ -167,6 +164,14 @@ func TestIndexGrows(t *testing.T) {
 
 // setHostValue gives h's context a host value and drop function, as C's
 // dac_context_set_host_value leaves them.
+// recordDrops has c's host drops append their values to the slice it
+// returns (one goroutine at a time).
+func recordDrops(c *container.Container) *[]uint64 {
+	var dropped []uint64
+	c.SetHostDrop(func(drop uintptr, value uint64) { dropped = append(dropped, value) })
+	return &dropped
+}
+
 func setHostValue(t testing.TB, c *container.Container, h uint64, value uint64, drop uintptr) {
 	t.Helper()
 	assert.True(t, container.SetHostValueAsC(c, h, value, drop), "a live handle, no host value yet")
