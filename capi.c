@@ -48,7 +48,7 @@ static volatile int c_forked;
 ** os.register_at_fork hook, where ctypes releases the GIL, and the wait
 ** here then finds nothing in flight. */
 /* The count is written by every call into the host, so it has a cache line
-** of its own: beside g_records, which every operation reads, each host
+** of its own: beside dacc_records, which every operation reads, each host
 ** callback (a drop, a cleanup send) took that line from the other threads. */
 dacc_line_int dacc_cb_in_flight;
 int dacc_cb_fork_gate;
@@ -101,6 +101,8 @@ static void on_fork_child(void) {
 	clear_for_child();
 }
 
+static void unref_counted_void(uint64_t h);
+
 static void free_error_slot(void *p) {
 	tls_error = NULL; /* a later destructor's call allocates it anew */
 	if (p != &no_memory_slot)
@@ -109,6 +111,7 @@ static void free_error_slot(void *p) {
 
 __attribute__((constructor)) static void dacc_setup(void) {
 	pthread_key_create(&error_key, free_error_slot);
+	dacc_pending_setup(unref_counted_void);
 	pthread_atfork(on_fork_prepare, on_fork_parent, on_fork_child);
 }
 
@@ -392,7 +395,7 @@ int dac_clear_current_context(void) {
 static dacc_view *g_view;
 /* The records' address, from the view: the one load a handle's fast path
 ** starts from (0 until the view is fetched, and again in a forked child). */
-static uintptr_t g_records;
+uintptr_t dacc_records;
 
 static __attribute__((noinline)) dacc_view *fetch_view(void) {
 	if (c_forked)
@@ -401,7 +404,7 @@ static __attribute__((noinline)) dacc_view *fetch_view(void) {
 	dacc_error_slot ignored;
 	if (dacgo_view(&p, &ignored) != DAC_OK)
 		return NULL;
-	__atomic_store_n(&g_records, ((dacc_view *)p)->records, __ATOMIC_RELEASE);
+	__atomic_store_n(&dacc_records, ((dacc_view *)p)->records, __ATOMIC_RELEASE);
 	__atomic_store_n(&g_view, (dacc_view *)p, __ATOMIC_RELEASE);
 	return p;
 }
@@ -415,7 +418,7 @@ static inline __attribute__((always_inline)) dacc_view *view(void) {
 
 static void clear_for_child(void) {
 	__atomic_store_n(&g_view, NULL, __ATOMIC_RELAXED);
-	__atomic_store_n(&g_records, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&dacc_records, 0, __ATOMIC_RELAXED);
 	tls_msg.next = tls_msg.end = 0;
 }
 
@@ -423,31 +426,16 @@ static inline dacc_record *record_at(const dacc_view *v, uint32_t index) {
 	return (dacc_record *)(v->records + (uintptr_t)index * sizeof(dacc_record));
 }
 
-/* The record handle h names among the records at base, and its
-** generation; NULL if base is 0 (the view not known yet) or the index is
-** past every record. A leaf: no call, so dac_context_id's fast path stays
-** one too. */
-static inline __attribute__((always_inline)) dacc_record *record_of(uintptr_t base, uint64_t h, uint32_t *gen) {
-	uint32_t index = (uint32_t)h;
-	if (__builtin_expect(base == 0 || index >= DACC_MAX_RECORDS, 0))
-		return NULL;
-	*gen = (uint32_t)(h >> 32);
-	dacc_record *r = (dacc_record *)(base + (uintptr_t)index * sizeof(dacc_record));
-	if (r == NULL) /* never: base is a mapping's address, and the index is bounded */
-		__builtin_unreachable(); /* so callers' NULL tests fold away */
-	return r;
-}
-
 /* The record a handle names, or NULL before the view is known (before
 ** dac_init, or in a forked child) or for an index past every record. */
 static inline __attribute__((always_inline)) dacc_record *handle_record(uint64_t h, uint32_t *gen) {
-	uintptr_t base = __atomic_load_n(&g_records, __ATOMIC_ACQUIRE);
+	uintptr_t base = __atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE);
 	if (__builtin_expect(base == 0, 0)) {
 		if (view() == NULL)
 			return NULL;
-		base = __atomic_load_n(&g_records, __ATOMIC_ACQUIRE);
+		base = __atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE);
 	}
-	return record_of(base, h, gen);
+	return dacc_record_of(base, h, gen);
 }
 
 /* Whether a state word is the referenced life gen of its record. */
@@ -500,6 +488,26 @@ static inline void touch(const dacc_view *v, dacc_record *r) {
 		__atomic_store_n(&r->last_used, now, __ATOMIC_RELAXED);
 }
 
+static int unref_counted(uint64_t h);
+static void unref_counted_void(uint64_t h) { (void)unref_counted(h); }
+
+/* Before a handle goes to Go, which knows only the count: this thread's
+** uncounted reference to it is counted, and, if its record counts none,
+** every other thread's (the caller may hold one of theirs: a handle is the
+** same value on every thread). */
+static __attribute__((noinline)) void for_go(uint64_t h) {
+	dacc_pending_slot *s = dacc_tls_pending;
+	if (h != 0 && __atomic_load_n(&s->h, __ATOMIC_RELAXED) == h)
+		dacc_pending_materialize(s, h, unref_counted_void);
+	uint32_t gen;
+	dacc_record *r = dacc_record_of(__atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE), h, &gen);
+	if (r == NULL)
+		return;
+	uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+	if ((uint32_t)(st >> 32) == gen && (st & DACC_STATE_PENDED) && (st & DACC_STATE_REFS) == 0)
+		dacc_settle(h, unref_counted_void);
+}
+
 /* What acquire found. */
 enum { DACC_UNDECIDED = 0, DACC_ACQUIRED = 1, DACC_ABSENT = 2 };
 
@@ -519,11 +527,38 @@ static inline __attribute__((always_inline)) int acquire(int64_t id, uint64_t *h
 	if (r == NULL)
 		return settled ? DACC_ABSENT : DACC_UNDECIDED;
 	uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+	dacc_pending_slot *s = dacc_tls_pending;
+	if (__builtin_expect(s == &dacc_pending_unassigned, 0))
+		s = dacc_pending_assign();
+	const int can_pend = s != &dacc_no_pending;
+	if (__builtin_expect(can_pend && (st & (DACC_STATE_PENDED | DACC_STATE_LISTED)) ==
+	                                      (DACC_STATE_PENDED | DACC_STATE_LISTED) &&
+	                         __atomic_load_n(&s->h, __ATOMIC_RELAXED) == 0 &&
+	                         __atomic_load_n(&r->id, __ATOMIC_RELAXED) == id,
+	                     1)) {
+		/* Uncounted: see pending.c. */
+		uint64_t held = (st >> 32) << 32 | index;
+		__atomic_exchange_n(&s->h, held, __ATOMIC_SEQ_CST);
+		uint64_t now = __atomic_load_n(&r->state, __ATOMIC_SEQ_CST);
+		if (__builtin_expect(((now ^ st) >> 32) == 0 && (now & DACC_STATE_LISTED), 1)) {
+			touch(v, r);
+			*h = held;
+			return DACC_ACQUIRED;
+		}
+		/* Released meanwhile: not found, Go says. A settle that counted
+		** the reference left it to this thread to drop. */
+		if (__atomic_exchange_n(&s->h, 0, __ATOMIC_SEQ_CST) != held)
+			unref_counted(held);
+		return DACC_UNDECIDED;
+	}
+	/* Counted; a thread that can hold one uncounted pends the record, so
+	** that its next lookups are. */
+	const uint64_t pend = can_pend ? DACC_STATE_PENDED : 0;
 	do {
 		if (!(st & DACC_STATE_LISTED) || (st & DACC_STATE_REFS) == DACC_STATE_REFS ||
 		    __atomic_load_n(&r->id, __ATOMIC_RELAXED) != id)
 			return DACC_UNDECIDED;
-	} while (!__atomic_compare_exchange_n(&r->state, &st, st + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+	} while (!__atomic_compare_exchange_n(&r->state, &st, (st + 1) | pend, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
 	touch(v, r);
 	*h = (st >> 32) << 32 | index;
 	return DACC_ACQUIRED;
@@ -662,29 +697,35 @@ int dac_context_is_valid(int64_t context_id) {
 ** DAC_ERR_NOT_INITIALIZED before dac_init, else why the handle is bad. */
 
 int dac_context_ref(dac_context *ctx) {
+	uint64_t h = to_handle(ctx);
 	for (;;) {
 		uint32_t gen;
-		dacc_record *r = handle_record(to_handle(ctx), &gen);
+		dacc_record *r = handle_record(h, &gen);
 		if (__builtin_expect(r != NULL, 1)) {
 			uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
-			while (referenced(st, gen) && (st & DACC_STATE_REFS) != DACC_STATE_REFS) {
+			/* Referenced: counted, or held uncounted by this thread. */
+			while ((referenced(st, gen) || ((uint32_t)(st >> 32) == gen && dacc_owns(h))) &&
+			       (st & DACC_STATE_REFS) != DACC_STATE_REFS) {
 				if (__atomic_compare_exchange_n(&r->state, &st, st + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 					return DAC_OK;
 			}
 		}
 		/* Go says why not; DACC_RETRY: the state moved meanwhile. */
 		GUARD_FORK();
+		for_go(h);
 		dacc_pending_drop none = {0, 0}; /* a ref never kills */
-		int rc = dacgo_context_ref(to_handle(ctx), 1, &none, err());
+		int rc = dacgo_context_ref(h, 1, &none, err());
 		if (rc != DACC_RETRY)
 			return rc;
 	}
 }
 
-int dac_context_unref(dac_context *ctx) {
+/* Drops a reference counted in h's record (the caller's, or one a settle
+** counted for it). */
+static int unref_counted(uint64_t h) {
 	for (;;) {
 		uint32_t gen;
-		dacc_record *r = handle_record(to_handle(ctx), &gen);
+		dacc_record *r = handle_record(h, &gen);
 		if (__builtin_expect(r != NULL, 1)) {
 			uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
 			/* Not the last reference of a released context: that one is
@@ -693,16 +734,35 @@ int dac_context_unref(dac_context *ctx) {
 				if (__atomic_compare_exchange_n(&r->state, &st, st - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 					return DAC_OK;
 			}
+			/* The last counted reference of a released context, or none
+			** counted (the caller's may be another thread's uncounted one):
+			** what is held uncounted is counted first. */
+			if ((uint32_t)(st >> 32) == gen && (st & DACC_STATE_PENDED) && dacc_settle(h, unref_counted_void) > 0)
+				continue;
 		}
 		/* Go drops the last reference, or says why the handle is bad;
 		** DACC_RETRY: the state moved meanwhile. */
-		GUARD_FORK();
+		if (c_forked)
+			return forked("dac_context_unref");
 		dacc_pending_drop d = {0, 0};
-		int rc = dacgo_context_ref(to_handle(ctx), -1, &d, err());
+		int rc = dacgo_context_ref(h, -1, &d, err());
 		run_pending_drop(&d); /* if the record died */
 		if (rc != DACC_RETRY)
 			return rc;
 	}
+}
+
+int dac_context_unref(dac_context *ctx) {
+	uint64_t h = to_handle(ctx);
+	dacc_pending_slot *s = dacc_tls_pending;
+	if (h != 0 && __atomic_load_n(&s->h, __ATOMIC_RELAXED) == h) {
+		uint64_t expect = h;
+		if (__builtin_expect(
+		        __atomic_compare_exchange_n(&s->h, &expect, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED), 1))
+			return DAC_OK; /* held uncounted: dropped */
+		/* A settle counted it meanwhile. */
+	}
+	return unref_counted(h);
 }
 
 /* A handle's id, read without entering Go: 1 if h is a referenced handle
@@ -715,7 +775,7 @@ int dac_context_unref(dac_context *ctx) {
 ** written, so no earlier life's id is read either. */
 static inline __attribute__((always_inline)) int read_id(uintptr_t base, uint64_t h, int64_t *out) {
 	uint32_t gen;
-	const dacc_record *r = record_of(base, h, &gen);
+	const dacc_record *r = dacc_record_of(base, h, &gen);
 	if (__builtin_expect(r == NULL, 0))
 		return 0;
 	int64_t id = __atomic_load_n(&r->id, __ATOMIC_ACQUIRE);
@@ -725,14 +785,24 @@ static inline __attribute__((always_inline)) int read_id(uintptr_t base, uint64_
 	return 1;
 }
 
-static __attribute__((noinline, cold)) int context_id_slow(dac_context *ctx, int64_t *out) {
+static __attribute__((noinline)) int context_id_slow(dac_context *ctx, int64_t *out) {
 	if (c_forked)
 		return forked("dac_context_id");
 	if (out == NULL)
 		return reject(DAC_ERR_INVALID_ARGUMENT, "dac_context_id", "out must not be NULL");
-	if (view() != NULL && read_id(__atomic_load_n(&g_records, __ATOMIC_ACQUIRE), to_handle(ctx), out))
+	uint64_t h = to_handle(ctx);
+	if (view() != NULL && read_id(__atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE), h, out))
 		return DAC_OK;
-	return dacgo_context_id(to_handle(ctx), out, err());
+	if (dacc_owns(h)) { /* held uncounted by this thread: its life cannot end meanwhile */
+		uint32_t gen;
+		const dacc_record *r = dacc_record_of(__atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE), h, &gen);
+		if (r != NULL) {
+			*out = __atomic_load_n(&r->id, __ATOMIC_ACQUIRE);
+			return DAC_OK;
+		}
+	}
+	for_go(h);
+	return dacgo_context_id(h, out, err());
 }
 
 int dac_context_unref_many(dac_context *const *ctxs, size_t count) {
@@ -750,7 +820,7 @@ int dac_context_unref_many(dac_context *const *ctxs, size_t count) {
 
 /* The slow path out of line: the fast one is a leaf that saves nothing. */
 int dac_context_id(dac_context *ctx, int64_t *out) {
-	if (__builtin_expect(out != NULL && read_id(__atomic_load_n(&g_records, __ATOMIC_ACQUIRE), to_handle(ctx), out), 1))
+	if (__builtin_expect(out != NULL && read_id(__atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE), to_handle(ctx), out), 1))
 		return DAC_OK;
 	return context_id_slow(ctx, out);
 }
@@ -762,24 +832,27 @@ int dac_context_id(dac_context *ctx, int64_t *out) {
 int dac_context_host_value(dac_context *ctx, uint64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
+	uint64_t h = to_handle(ctx);
 	uint32_t gen;
-	dacc_record *r = handle_record(to_handle(ctx), &gen);
-	if (__builtin_expect(r != NULL, 1) && referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
+	dacc_record *r = handle_record(h, &gen);
+	if (__builtin_expect(r != NULL, 1) && (referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen) || dacc_owns(h))) {
 		uint64_t v = __atomic_load_n(&r->host_value, __ATOMIC_ACQUIRE);
-		if (referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
+		if (referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen) || dacc_owns(h)) {
 			*out = v;
 			return DAC_OK;
 		}
 	}
-	return dacgo_context_host_value(to_handle(ctx), out, err());
+	for_go(h);
+	return dacgo_context_host_value(h, out, err());
 }
 
 int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {
 	/* Already known (among the ids C sees) through a referenced handle:
 	** nothing to add, nothing to enter Go for. */
+	uint64_t h = to_handle(ctx);
 	uint32_t gen;
-	dacc_record *r = handle_record(to_handle(ctx), &gen);
-	if (__builtin_expect(r != NULL, 1) && referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen)) {
+	dacc_record *r = handle_record(h, &gen);
+	if (__builtin_expect(r != NULL, 1) && (referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen) || dacc_owns(h))) {
 		uint32_t n = __atomic_load_n(&r->nworkers, __ATOMIC_ACQUIRE);
 		if (n > DACC_INLINE_WORKERS)
 			n = DACC_INLINE_WORKERS;
@@ -788,7 +861,8 @@ int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {
 				return DAC_OK;
 	}
 	GUARD_FORK();
-	return dacgo_context_add_known_worker_id(to_handle(ctx), worker_id, err());
+	for_go(h);
+	return dacgo_context_add_known_worker_id(h, worker_id, err());
 }
 
 int dac_context_known_worker_ids(dac_context *ctx, int32_t *ids, size_t capacity, size_t *count) {
@@ -796,28 +870,33 @@ int dac_context_known_worker_ids(dac_context *ctx, int32_t *ids, size_t capacity
 	CHECK_OUT(count);
 	if (ids == NULL && capacity != 0)
 		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "ids must not be NULL when capacity is not 0");
+	for_go(to_handle(ctx));
 	return dacgo_context_known_worker_ids(to_handle(ctx), ids, capacity, count, err());
 }
 
 int dac_context_add_send_function(dac_context *ctx, int64_t message_id, uint64_t fn) {
 	GUARD_FORK();
+	for_go(to_handle(ctx));
 	return dacgo_context_add_function(to_handle(ctx), DACC_SEND, message_id, fn, err());
 }
 
 int dac_context_add_recv_function(dac_context *ctx, int64_t message_id, uint64_t fn) {
 	GUARD_FORK();
+	for_go(to_handle(ctx));
 	return dacgo_context_add_function(to_handle(ctx), DACC_RECV, message_id, fn, err());
 }
 
 int dac_context_send_function(dac_context *ctx, int64_t message_id, uint64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
+	for_go(to_handle(ctx));
 	return dacgo_context_function(to_handle(ctx), DACC_SEND, message_id, out, err());
 }
 
 int dac_context_recv_function(dac_context *ctx, int64_t message_id, uint64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
+	for_go(to_handle(ctx));
 	return dacgo_context_function(to_handle(ctx), DACC_RECV, message_id, out, err());
 }
 
@@ -827,6 +906,7 @@ static int list_functions(const char *fn, dac_context *ctx, int kind, int64_t *m
 		return reject(DAC_ERR_INVALID_ARGUMENT, fn, "count must not be NULL");
 	if ((message_ids == NULL || fns == NULL) && capacity != 0)
 		return reject(DAC_ERR_INVALID_ARGUMENT, fn, "message_ids and fns must not be NULL when capacity is not 0");
+	for_go(to_handle(ctx));
 	return dacgo_context_functions(to_handle(ctx), kind, message_ids, fns, capacity, count, err());
 }
 
@@ -945,9 +1025,10 @@ int dac_context_set_host_value(dac_context *ctx, uint64_t value, dac_host_value_
 	** handle is bad); if Go finds it live (a lookup took a reference to its
 	** context meanwhile, the same life), it is tried again. */
 	while (__builtin_expect((r = handle_record(to_handle(ctx), &gen)) == NULL ||
-	                            !referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen),
+	                            !(referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen) || dacc_owns(to_handle(ctx))),
 	                        0)) {
 		uint64_t ignored;
+		for_go(to_handle(ctx));
 		int rc = dacgo_context_host_value(to_handle(ctx), &ignored, err());
 		if (rc != DAC_OK)
 			return rc;

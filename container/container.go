@@ -43,6 +43,7 @@ type Container struct {
 	refused    atomic.Int64 // contexts refused by the cap
 	fanout     atomic.Pointer[fanoutBox]
 	dropper    atomic.Pointer[HostDropFunc]
+	uncounted  atomic.Pointer[UncountedRefs]
 	shardCount int // as asked for (WithShards), before rounding
 	msgIDs     counter
 

@@ -40,8 +40,10 @@ import (
 // 64 bytes: one cache line.
 type Record struct {
 	// State is the generation (high 32 bits), the listed bit (bit 31: the
-	// context is in the container) and the number of references held
-	// through handles (low 31 bits). Neither listed nor referenced: dead.
+	// context is in the container), the pended bit (bit 30: a reference to
+	// this life may be held uncounted, see UncountedRefs) and the number of
+	// references counted here (low 30 bits). Neither listed nor
+	// referenced, counted or uncounted: dead.
 	State atomic.Uint64
 	// ID is the context id, written before State makes the record listed.
 	ID atomic.Int64
@@ -73,9 +75,12 @@ const InlineWorkers = 8
 // The state word.
 const (
 	stateListed  = uint64(1) << 31
-	stateRefMask = stateListed - 1
-	// MaxRefs is the most references one context can have through handles.
+	statePended  = uint64(1) << 30
+	stateRefMask = statePended - 1
+	// MaxRefs is the most references one context's state word can count.
 	MaxRefs = stateRefMask
+	// PendedBit is the state word's pended bit (see UncountedRefs).
+	PendedBit = statePended
 )
 
 func stateGen(st uint64) uint32    { return uint32(st >> 32) }
@@ -447,14 +452,39 @@ func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d PendingDrop,
 	for {
 		st := r.State.Load()
 		next := st &^ stateListed
-		if stateRefs(st) == 0 {
+		dies := stateRefs(st) == 0 && st&statePended == 0
+		if dies {
 			next = uint64(nextGen(stateGen(st))) << 32
 		}
-		if r.State.CompareAndSwap(st, next) {
-			if stateRefs(st) == 0 {
-				return c.die(s, r, idx), true
-			}
-			return PendingDrop{}, false
+		if !r.State.CompareAndSwap(st, next) {
+			continue
+		}
+		if dies {
+			return c.die(s, r, idx), true
+		}
+		if stateRefs(st) != 0 {
+			return PendingDrop{}, false // its last reference goes through Go (UnrefLast)
+		}
+		// Counted out, but references may be held uncounted: those are
+		// moved into the count first (none can be taken any more, as it is
+		// unlisted), and it dies only if none was.
+		return c.dieIfUnreferenced(s, r, idx, stateGen(st))
+	}
+}
+
+// dieIfUnreferenced kills the unlisted record at idx in life gen (s.mu
+// held) if no reference to it is held, counted or not.
+func (c *Container) dieIfUnreferenced(s *indexShard, r *Record, idx uint32, gen uint32) (PendingDrop, bool) {
+	if u := c.uncounted.Load(); u != nil {
+		(*u).Settle(Handle(idx, gen))
+	}
+	for {
+		st := r.State.Load()
+		if stateGen(st) != gen || stateRefs(st) != 0 {
+			return PendingDrop{}, false // referenced: its last reference goes through Go (UnrefLast)
+		}
+		if r.State.CompareAndSwap(st, uint64(nextGen(gen))<<32) {
+			return c.die(s, r, idx), true
 		}
 	}
 }
@@ -607,7 +637,7 @@ func (c *Container) UnrefLastDeferred(h uint64) (bool, PendingDrop, error) {
 	if !referenced(st, gen) {
 		return false, PendingDrop{}, errBadHandle(h)
 	}
-	if st != uint64(gen)<<32|1 {
+	if st&^statePended != uint64(gen)<<32|1 {
 		return false, PendingDrop{}, nil
 	}
 	// Under the shard's lock: the free list is the shard's.
@@ -623,13 +653,42 @@ func (c *Container) UnrefLastDeferred(h uint64) (bool, PendingDrop, error) {
 }
 
 // LiveReferences returns how many references handles hold now, over every
-// context: a leak check (a scan, not for hot paths).
+// context, counted or not: a leak check (a scan, not for hot paths).
 func (c *Container) LiveReferences() int64 {
 	var n int64
 	for i := range uint32(c.recs.used.Load()) {
 		n += int64(stateRefs(c.recs.at(i).State.Load()))
 	}
+	if u := c.uncounted.Load(); u != nil {
+		n += (*u).Count()
+	}
 	return n
+}
+
+// UncountedRefs is where the host keeps references to records that their
+// state words do not count (the C ABI: one per thread, so that a thread's
+// retrieve and unref of a context every thread uses write no line the
+// others read; capi.c says how). A record's life that may have some has
+// the pended bit set. Settle moves every uncounted reference to handle h
+// into h's count, each as one compare-and-swap that requires h's life (a
+// reference whose holder drops it meanwhile is taken out again, without
+// killing the record: Go, which calls it under the record's shard lock,
+// decides after), and must not call into the container. Count says how
+// many uncounted references there are now.
+type UncountedRefs interface {
+	Settle(h uint64)
+	Count() int64
+}
+
+// SetUncountedRefs sets where uncounted references are kept (nil: nowhere).
+// Set before any record is pended: a release never sees what it does not
+// know of.
+func (c *Container) SetUncountedRefs(u UncountedRefs) {
+	if u == nil {
+		c.uncounted.Store(nil)
+		return
+	}
+	c.uncounted.Store(&u)
 }
 
 // HostValue returns the host's value of h's context (0: none).

@@ -14,6 +14,18 @@ type Singleton struct {
 	opts   []Option
 	fanout Fanout
 	drop   HostDropFunc
+	uncnt  UncountedRefs
+}
+
+// SetUncountedRefs sets where the host keeps uncounted references, now if
+// the container exists and at Init otherwise.
+func (s *Singleton) SetUncountedRefs(u UncountedRefs) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.uncnt = u
+	if c := s.c.Load(); c != nil {
+		c.SetUncountedRefs(u)
+	}
 }
 
 // SetHostDrop sets what runs hosts' drop functions, now if the container
@@ -78,6 +90,7 @@ func (s *Singleton) Init(workerID int64) (*Container, error) {
 	}
 	c.SetFanout(s.fanout)
 	c.SetHostDrop(s.drop)
+	c.SetUncountedRefs(s.uncnt)
 	s.c.Store(c)
 	return c, nil
 }

@@ -1,0 +1,147 @@
+/* pending.c: the references threads hold uncounted.
+**
+** Every thread of a backward pass looks up the pass's one context, again
+** and again. Were each lookup to take its reference on the record's state
+** word and its unref to drop it there, the cores would trade that line
+** (which every lookup also reads) twice per lookup, and a lookup on two
+** cores would cost several times one on one. So a thread holds at most one
+** reference uncounted, in a slot of its own (records.go: UncountedRefs): a
+** lookup that finds the record listed writes the handle into its slot,
+** reads the state again, and is done if the record is still listed in the
+** same life (capi.c: acquire); the thread's unref of that handle empties
+** the slot. Neither writes anything another thread reads.
+**
+** Who empties a slot: its thread (an unref, or a lookup that lost its race
+** with a release), or a settle, which counts the reference in the state
+** word first and then empties the slot, each by compare-and-swap, so that
+** a reference is never in neither place (a settle whose slot changed under
+** it takes its count out again: dacc_undo_fn).
+**
+** Why a release misses none: a lookup writes its slot, then reads the
+** state; a release unlists, then settles (reads the slots); all four
+** sequentially consistent. Either the lookup reads the state after the
+** unlist, and fails and empties its slot itself, or the settle sees the
+** slot. A record whose life never had one is never settled: a thread that
+** has a slot sets the state's pended bit with the counted reference of its
+** first lookup, and only a pended record is looked up uncounted.
+**
+** Every death is decided after a settle: Go's release settles a record it
+** unlisted with no counted reference before it kills it, and capi.c settles
+** before it hands a record's last counted reference to Go. And a handle
+** goes to Go counted (capi.c: for_go), as Go knows only the count.
+**
+** Slots live in one static array that is never freed: a settle may read a
+** slot whose thread has exited (the slot is then empty, or another
+** thread's), and what it compares and swaps there is a handle, whichever
+** thread holds it. */
+#include <pthread.h>
+#include <stdint.h>
+
+#include "capi_internal.h"
+
+/* Threads with a slot at once; more get none (their references are counted). */
+#define DACC_PENDING_SLOTS 1024
+
+static dacc_pending_slot slots[DACC_PENDING_SLOTS];
+static uint32_t top; /* slots handed out so far: what a settle reads */
+static uint32_t free_slots[DACC_PENDING_SLOTS]; /* of threads that exited */
+static uint32_t nfree;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t key;
+static dacc_undo_fn exit_undo;
+
+/* Both never hold a handle. The first is every thread's start, and not
+** NULL so that the pointer goes in the TLS image's 8 bytes beside the
+** current id, which alignment leaves free: the library's static TLS stays
+** within 64 bytes (capi_test: TestStaticTLSIsSmall). */
+dacc_pending_slot dacc_pending_unassigned;
+dacc_pending_slot dacc_no_pending;
+__thread dacc_pending_slot *dacc_tls_pending __attribute__((tls_model("initial-exec"))) = &dacc_pending_unassigned;
+
+int dacc_pending_materialize(dacc_pending_slot *s, uint64_t h, dacc_undo_fn undo) {
+	uint32_t gen;
+	dacc_record *r = dacc_record_of(__atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE), h, &gen);
+	if (r == NULL)
+		return 0;
+	uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+	do {
+		/* Another life: a lookup that failed holds that one, and takes it
+		** out itself. At the most references the record cannot die anyway. */
+		if ((uint32_t)(st >> 32) != gen || (st & DACC_STATE_REFS) == DACC_STATE_REFS)
+			return 0;
+	} while (!__atomic_compare_exchange_n(&r->state, &st, st + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE));
+	uint64_t expect = h;
+	if (__atomic_compare_exchange_n(&s->h, &expect, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+		return 1;
+	/* Its holder dropped it meanwhile: the count goes again. */
+	if (undo != NULL)
+		undo(h);
+	else
+		__atomic_sub_fetch(&r->state, 1, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+int dacc_settle(uint64_t h, dacc_undo_fn undo) {
+	int moved = 0;
+	uint32_t n = __atomic_load_n(&top, __ATOMIC_ACQUIRE);
+	for (uint32_t i = 0; i < n; i++)
+		if (__atomic_load_n(&slots[i].h, __ATOMIC_SEQ_CST) == h)
+			moved += dacc_pending_materialize(&slots[i], h, undo);
+	return moved;
+}
+
+void dacc_pending_settle(uint64_t h) { dacc_settle(h, NULL); }
+
+int64_t dacc_pending_count(void) {
+	int64_t count = 0;
+	uintptr_t base = __atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE);
+	uint32_t n = __atomic_load_n(&top, __ATOMIC_ACQUIRE);
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t h = __atomic_load_n(&slots[i].h, __ATOMIC_ACQUIRE);
+		uint32_t gen;
+		const dacc_record *r = h != 0 ? dacc_record_of(base, h, &gen) : NULL;
+		if (r != NULL && (uint32_t)(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) >> 32) == gen)
+			count++;
+	}
+	return count;
+}
+
+/* A thread that exits leaves its reference counted (whoever it handed the
+** handle to still holds it), and its slot to the next thread. */
+static void release_slot(void *p) {
+	dacc_pending_slot *s = p;
+	uint64_t h = __atomic_load_n(&s->h, __ATOMIC_ACQUIRE);
+	if (h != 0)
+		dacc_pending_materialize(s, h, exit_undo);
+	dacc_tls_pending = &dacc_no_pending; /* a later destructor's lookups are counted */
+	pthread_mutex_lock(&mu);
+	free_slots[nfree++] = (uint32_t)(s - slots);
+	pthread_mutex_unlock(&mu);
+}
+
+void dacc_pending_setup(dacc_undo_fn undo) {
+	exit_undo = undo;
+	pthread_key_create(&key, release_slot);
+}
+
+dacc_pending_slot *dacc_pending_assign(void) {
+	uint32_t i = DACC_PENDING_SLOTS;
+	pthread_mutex_lock(&mu);
+	if (nfree > 0)
+		i = free_slots[--nfree];
+	else if (top < DACC_PENDING_SLOTS)
+		__atomic_store_n(&top, (i = top) + 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&mu);
+	dacc_pending_slot *s = &dacc_no_pending;
+	if (i != DACC_PENDING_SLOTS) {
+		if (pthread_setspecific(key, &slots[i]) == 0) {
+			s = &slots[i];
+		} else {
+			pthread_mutex_lock(&mu);
+			free_slots[nfree++] = i;
+			pthread_mutex_unlock(&mu);
+		}
+	}
+	dacc_tls_pending = s;
+	return s;
+}
