@@ -165,6 +165,7 @@ func debugInfo(c *container.Container) map[string]int64 {
 		"max_contexts":                c.MaxContexts(),
 		"refused_contexts":            c.RefusedContexts(),
 		"live_handles":                c.LiveReferences(),
+		"uncounted_handles":           c.UncountedReferences(),
 		"go_heap_bytes":               goHeapLiveBytes(),
 		"sched_yields":                keeper.Yields(),
 	}

@@ -382,7 +382,7 @@ func TestOpsDebugInfo(t *testing.T) {
 	}
 	want := map[string]int64{
 		"num_autograd_contexts": 0, "num_current_backward_passes": 0, "max_contexts": 0,
-		"refused_contexts": 0, "live_handles": 0, "cleanup_sent": 0, "cleanup_retried": 0,
+		"refused_contexts": 0, "live_handles": 0, "uncounted_handles": 0, "cleanup_sent": 0, "cleanup_retried": 0,
 		"cleanup_failed": 0, "cleanup_dropped": 0, "cleanup_skipped": 0, "cleanup_pending": 0,
 	}
 	assert.Equal(t, want, objects[0])

@@ -27,6 +27,12 @@ func DropRefAsC(c *Container, h uint64) {
 	r.State.Add(^uint64(0))
 }
 
+// RecordOf returns the record h names (whatever its state).
+func RecordOf(c *Container, h uint64) *Record {
+	idx, _ := SplitHandle(h)
+	return c.recs.at(idx)
+}
+
 // Mappings is a container's memory outside the Go heap; holding it does not
 // keep the container reachable.
 type Mappings = mappings

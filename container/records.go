@@ -659,10 +659,16 @@ func (c *Container) LiveReferences() int64 {
 	for i := range uint32(c.recs.used.Load()) {
 		n += int64(stateRefs(c.recs.at(i).State.Load()))
 	}
+	return n + c.UncountedReferences()
+}
+
+// UncountedReferences returns how many of LiveReferences are held
+// uncounted (see UncountedRefs) now.
+func (c *Container) UncountedReferences() int64 {
 	if u := c.uncounted.Load(); u != nil {
-		n += (*u).Count()
+		return (*u).Count()
 	}
-	return n
+	return 0
 }
 
 // UncountedRefs is where the host keeps references to records that their

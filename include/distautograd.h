@@ -151,6 +151,9 @@ int dac_new_autograd_message_id(int64_t *out);
 ** *length. Keys: num_autograd_contexts, num_current_backward_passes (always 0:
 ** distautograd runs no backward passes), max_contexts, refused_contexts,
 ** live_handles (references held through handles, over all contexts),
+** uncounted_handles (how many of those threads hold uncounted: each thread
+** keeps its lookup of a context many threads look up off the context's
+** shared count, see docs/architecture.md),
 ** go_heap_bytes (the Go heap's live bytes as of the last
 ** garbage collection: what the library's own memory keeps, for leak checks),
 ** sched_yields (how often calls into Go yielded, at most once per 8 ms on each
