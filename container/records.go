@@ -12,10 +12,11 @@ import (
 // vDSO page the kernel writes). Go is the only writer of what the container
 // holds: it creates records, links them into the index, unlists them on
 // release and recycles them. The C side only reads (lookups, ids, known
-// workers) and takes and drops references with the protocol described at
-// recordState; the one transition it leaves to Go is the last one, the
-// death of a record, so that everything a death does (dropping the host's
-// value, recycling) is written once, here.
+// workers) and takes and drops references with the protocol of the state
+// word (Record.State), or holds them uncounted, one per thread, where the
+// record's life is pended (UncountedRefs); the one transition it leaves to
+// Go is the last one, the death of a record, so that everything a death
+// does (dropping the host's value, recycling) is written once, here.
 //
 // Every context has one record for as long as it lives: from its creation
 // until it is out of the container and no handle refers to it. A handle is
