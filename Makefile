@@ -112,7 +112,7 @@ test-python: $(LIB) ## the Python unit tests and the differential suite against 
 # Then the reliability class tests of capi_test at length (DAC_LONG=1: the
 # linearizability race, configuration races, init window; several minutes).
 FUZZTIME ?= 30s
-LONG_TESTS := TestLinearizableContainer|TestConfigurationRaces|TestInitWindow|TestSettledMissesUnderChurn
+LONG_TESTS := TestLinearizableContainer|TestConfigurationRaces|TestInitWindow|TestSettledMissesUnderChurn|TestUncountedReferencesC|TestUncountedReferencesSanitized
 fuzz: $(LIB) ## run each fuzz target of container/ for FUZZTIME (default 30s), then the long reliability races
 	@for f in $$($(GO) test -list '^Fuzz' ./container/ | grep '^Fuzz'); do \
 	  echo "== $$f for $(FUZZTIME)"; \

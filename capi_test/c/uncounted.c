@@ -12,11 +12,12 @@
 **   4. the context released while a thread holds one: it lives until that
 **      thread's unref, which is its death and runs its host drop there;
 **   5. THREADS threads look one id up, again and again, while the main
-**      thread releases it and makes it anew ROUNDS times: every host value
-**      is dropped exactly once, never while a thread reads it, and nothing
-**      is left.
+**      thread releases it and makes it anew (ROUNDS times, or argv[1]):
+**      every host value is dropped exactly once, never while a thread reads
+**      it, and nothing is left.
 **
-** It prints a transcript (check.h); the Go test compares it. */
+** It prints a transcript (check.h); the Go test compares it.
+** Usage: uncounted [ROUNDS] */
 #include "check.h"
 
 #include <pthread.h>
@@ -234,7 +235,8 @@ static void released_while_held(void) {
 
 /* ---- 5 ---- */
 
-static value values[ROUNDS + 1];
+static value *values;
+static int rounds = ROUNDS;
 static int stop;
 static long lookups[THREADS], bad[THREADS];
 
@@ -263,12 +265,15 @@ static void *looker(void *p) {
 }
 
 static void race(void) {
-	printf("-- 5: %d threads look one id up while it is released and made anew %d times\n", THREADS, ROUNDS);
+	printf("-- 5: %d threads look one id up while it is released and made anew\n", THREADS);
+	values = calloc((size_t)rounds + 1, sizeof *values);
+	if (values == NULL)
+		exit(1);
 	pthread_t t[THREADS];
 	make(ID_BASE + 100, &values[0]);
 	for (long i = 0; i < THREADS; i++)
 		pthread_create(&t[i], NULL, looker, (void *)i);
-	for (int r = 1; r <= ROUNDS; r++) {
+	for (int r = 1; r <= rounds; r++) {
 		if (dac_context_release(ID_BASE + 100) != DAC_OK)
 			printf("BUG: round %d: release: %s\n", r, dac_last_error());
 		make(ID_BASE + 100, &values[r]);
@@ -279,7 +284,7 @@ static void race(void) {
 	MUST(dac_context_release(ID_BASE + 100));
 	int once = 0, in_use = 0;
 	long total = 0, wrong = 0;
-	for (int r = 0; r <= ROUNDS; r++) {
+	for (int r = 0; r <= rounds; r++) {
 		once += values[r].drops == 1;
 		in_use += values[r].dropped_in_use;
 	}
@@ -288,12 +293,15 @@ static void race(void) {
 		wrong += bad[i];
 	}
 	printf("values dropped exactly once: %s, while read: %d, wrong reads: %ld, lookups made: %s\n",
-	       once == ROUNDS + 1 ? "all" : "NOT ALL", in_use, wrong, total > 0 ? "yes" : "none");
+	       once == rounds + 1 ? "all" : "NOT ALL", in_use, wrong, total > 0 ? "yes" : "none");
 	printf("contexts left: %" PRId64 ", live handles: %" PRId64 "\n", contexts(), live_handles());
+	free(values);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc > 1)
+		rounds = atoi(argv[1]);
 	MUST(dac_init(1));
 	one_thread();
 	handed_on();
