@@ -420,6 +420,9 @@ static void clear_for_child(void) {
 	__atomic_store_n(&g_view, NULL, __ATOMIC_RELAXED);
 	__atomic_store_n(&dacc_records, 0, __ATOMIC_RELAXED);
 	tls_msg.next = tls_msg.end = 0;
+	/* The reference the forking thread held uncounted is the parent's: the
+	** child's unref of it must not drop it in C, but say DAC_ERR_FORKED. */
+	dacc_tls_pending = &dacc_no_pending;
 }
 
 static inline dacc_record *record_at(const dacc_view *v, uint32_t index) {

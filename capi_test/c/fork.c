@@ -292,6 +292,12 @@ static void busy(int threads, int rounds) {
 	MUST(dac_context_new(&parents_ctx));
 	MUST(dac_context_id(parents_ctx, &parents_id));
 	MUST(dac_context_add_known_worker_id(parents_ctx, 6));
+	/* The main thread also holds a reference uncounted (pending.c: its
+	** second lookup), which a child forked from it must not drop either. */
+	dac_context *again;
+	MUST(dac_context_retrieve(parents_id, &again));
+	MUST(dac_context_unref(again));
+	MUST(dac_context_retrieve(parents_id, &again));
 
 	struct busy *bs = calloc((size_t)threads, sizeof *bs);
 	REQUIRE(bs != NULL);
@@ -347,6 +353,7 @@ static void busy(int threads, int rounds) {
 	dac_context *ctx = NULL;
 	int64_t id = 0, msg = 0, pending = -1;
 	SHOW(dac_context_release(parents_id));
+	MUST(dac_context_unref(again));
 	SHOW(dac_context_unref(parents_ctx));
 	SHOW(dac_context_new(&ctx));
 	SHOW(dac_context_id(ctx, &id));
