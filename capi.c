@@ -554,9 +554,16 @@ static inline __attribute__((always_inline)) int acquire(int64_t id, uint64_t *h
 			unref_counted(held);
 		return DACC_UNDECIDED;
 	}
-	/* Counted; a thread that can hold one uncounted pends the record, so
-	** that its next lookups are. */
-	const uint64_t pend = can_pend ? DACC_STATE_PENDED : 0;
+	/* Counted. A thread's second lookup of one life in a row pends the
+	** record, so that its next lookups are uncounted; a record looked up
+	** once per thread (a release's own lookup) is never pended, and its
+	** release does not settle. */
+	uint64_t pend = 0;
+	if (can_pend) {
+		uint64_t looked = (st >> 32) << 32 | index;
+		pend = s->last == looked ? DACC_STATE_PENDED : 0;
+		s->last = looked;
+	}
 	do {
 		if (!(st & DACC_STATE_LISTED) || (st & DACC_STATE_REFS) == DACC_STATE_REFS ||
 		    __atomic_load_n(&r->id, __ATOMIC_RELAXED) != id)

@@ -150,6 +150,7 @@ static inline __attribute__((always_inline)) dacc_record *dacc_record_of(uintptr
 ** without the record's state counting it. */
 typedef struct {
 	uint64_t h;
+	uint64_t last; /* the thread's last counted lookup: its owner's alone */
 } __attribute__((aligned(64))) dacc_pending_slot;
 /* This thread's slot: dacc_pending_unassigned until it asks for one,
 ** dacc_no_pending if it cannot have one (the h of both stays 0). */

@@ -23,7 +23,9 @@
 ** unlist, and fails and empties its slot itself, or the settle sees the
 ** slot. A record whose life never had one is never settled: a thread that
 ** has a slot sets the state's pended bit with the counted reference of its
-** first lookup, and only a pended record is looked up uncounted.
+** second lookup of that life in a row, and only a pended record is looked
+** up uncounted (so a context looked up once per thread, as a release
+** looks up the one it releases, costs its release no settle).
 **
 ** Every death is decided after a settle: Go's release settles a record it
 ** unlisted with no counted reference before it kills it, and capi.c settles

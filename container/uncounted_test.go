@@ -31,7 +31,7 @@ func newFakeUncounted(c *container.Container) *fakeUncounted {
 func (f *fakeUncounted) record(h uint64) *container.Record { return container.RecordOf(f.c, h) }
 
 // hold takes an uncounted reference to h, as a lookup does: the record
-// pended first (by the lookup that counted), then the slot written.
+// pended first (by an earlier lookup, counted), then the slot written.
 func (f *fakeUncounted) hold(h uint64) {
 	f.record(h).State.Or(container.PendedBit)
 	f.mu.Lock()
