@@ -111,7 +111,7 @@ static void free_error_slot(void *p) {
 
 __attribute__((constructor)) static void dacc_setup(void) {
 	pthread_key_create(&error_key, free_error_slot);
-	dacc_pending_setup(unref_counted_void);
+	dacc_uncounted_setup(unref_counted_void);
 	pthread_atfork(on_fork_prepare, on_fork_parent, on_fork_child);
 }
 
@@ -422,7 +422,7 @@ static void clear_for_child(void) {
 	tls_msg.next = tls_msg.end = 0;
 	/* The reference the forking thread held uncounted is the parent's: the
 	** child's unref of it must not drop it in C, but say DAC_ERR_FORKED. */
-	dacc_tls_pending = &dacc_no_pending;
+	dacc_tls_uncounted = &dacc_no_uncounted;
 }
 
 static inline dacc_record *record_at(const dacc_view *v, uint32_t index) {
@@ -499,16 +499,16 @@ static void unref_counted_void(uint64_t h) { (void)unref_counted(h); }
 ** every other thread's (the caller may hold one of theirs: a handle is the
 ** same value on every thread). */
 static __attribute__((noinline)) void for_go(uint64_t h) {
-	dacc_pending_slot *s = dacc_tls_pending;
+	dacc_uncounted_slot *s = dacc_tls_uncounted;
 	if (h != 0 && __atomic_load_n(&s->h, __ATOMIC_RELAXED) == h)
-		dacc_pending_materialize(s, h, unref_counted_void);
+		dacc_uncounted_count_one(s, h, unref_counted_void);
 	uint32_t gen;
 	dacc_record *r = dacc_record_of(__atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE), h, &gen);
 	if (r == NULL)
 		return;
 	uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
-	if ((uint32_t)(st >> 32) == gen && (st & DACC_STATE_PENDED) && (st & DACC_STATE_REFS) == 0)
-		dacc_settle(h, unref_counted_void);
+	if ((uint32_t)(st >> 32) == gen && (st & DACC_STATE_UNCOUNTED) && (st & DACC_STATE_REFS) == 0)
+		dacc_uncounted_settle(h, unref_counted_void);
 }
 
 /* What acquire found. */
@@ -530,16 +530,16 @@ static inline __attribute__((always_inline)) int acquire(int64_t id, uint64_t *h
 	if (r == NULL)
 		return settled ? DACC_ABSENT : DACC_UNDECIDED;
 	uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
-	dacc_pending_slot *s = dacc_tls_pending;
-	if (__builtin_expect(s == &dacc_pending_unassigned, 0))
-		s = dacc_pending_assign();
-	const int can_pend = s != &dacc_no_pending;
-	if (__builtin_expect(can_pend && (st & (DACC_STATE_PENDED | DACC_STATE_LISTED)) ==
-	                                      (DACC_STATE_PENDED | DACC_STATE_LISTED) &&
+	dacc_uncounted_slot *s = dacc_tls_uncounted;
+	if (__builtin_expect(s == &dacc_uncounted_unassigned, 0))
+		s = dacc_uncounted_assign();
+	const int can_hold = s != &dacc_no_uncounted;
+	if (__builtin_expect(can_hold && (st & (DACC_STATE_UNCOUNTED | DACC_STATE_LISTED)) ==
+	                                      (DACC_STATE_UNCOUNTED | DACC_STATE_LISTED) &&
 	                         __atomic_load_n(&s->h, __ATOMIC_RELAXED) == 0 &&
 	                         __atomic_load_n(&r->id, __ATOMIC_RELAXED) == id,
 	                     1)) {
-		/* Uncounted: see pending.c. */
+		/* Uncounted: see uncounted.c. */
 		uint64_t held = (st >> 32) << 32 | index;
 		__atomic_exchange_n(&s->h, held, __ATOMIC_SEQ_CST);
 		uint64_t now = __atomic_load_n(&r->state, __ATOMIC_SEQ_CST);
@@ -554,21 +554,21 @@ static inline __attribute__((always_inline)) int acquire(int64_t id, uint64_t *h
 			unref_counted(held);
 		return DACC_UNDECIDED;
 	}
-	/* Counted. A thread's second lookup of one life in a row pends the
+	/* Counted. A thread's second lookup of one life in a row marks the
 	** record, so that its next lookups are uncounted; a record looked up
-	** once per thread (a release's own lookup) is never pended, and its
+	** once per thread (a release's own lookup) is never marked, and its
 	** release does not settle. */
-	uint64_t pend = 0;
-	if (can_pend) {
+	uint64_t mark = 0;
+	if (can_hold) {
 		uint64_t looked = (st >> 32) << 32 | index;
-		pend = s->last == looked ? DACC_STATE_PENDED : 0;
+		mark = s->last == looked ? DACC_STATE_UNCOUNTED : 0;
 		s->last = looked;
 	}
 	do {
 		if (!(st & DACC_STATE_LISTED) || (st & DACC_STATE_REFS) == DACC_STATE_REFS ||
 		    __atomic_load_n(&r->id, __ATOMIC_RELAXED) != id)
 			return DACC_UNDECIDED;
-	} while (!__atomic_compare_exchange_n(&r->state, &st, (st + 1) | pend, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+	} while (!__atomic_compare_exchange_n(&r->state, &st, (st + 1) | mark, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
 	touch(v, r);
 	*h = (st >> 32) << 32 | index;
 	return DACC_ACQUIRED;
@@ -747,7 +747,7 @@ static int unref_counted(uint64_t h) {
 			/* The last counted reference of a released context, or none
 			** counted (the caller's may be another thread's uncounted one):
 			** what is held uncounted is counted first. */
-			if ((uint32_t)(st >> 32) == gen && (st & DACC_STATE_PENDED) && dacc_settle(h, unref_counted_void) > 0)
+			if ((uint32_t)(st >> 32) == gen && (st & DACC_STATE_UNCOUNTED) && dacc_uncounted_settle(h, unref_counted_void) > 0)
 				continue;
 		}
 		/* Go drops the last reference, or says why the handle is bad;
@@ -764,7 +764,7 @@ static int unref_counted(uint64_t h) {
 
 int dac_context_unref(dac_context *ctx) {
 	uint64_t h = to_handle(ctx);
-	dacc_pending_slot *s = dacc_tls_pending;
+	dacc_uncounted_slot *s = dacc_tls_uncounted;
 	if (h != 0 && __atomic_load_n(&s->h, __ATOMIC_RELAXED) == h) {
 		uint64_t expect = h;
 		if (__builtin_expect(

@@ -99,11 +99,11 @@ void dacgo_testing_go_calls(int64_t *out);
 #define DACC_RETRY (-1)
 #define DACC_MAX_SHARDS 256
 #define DACC_STATE_LISTED ((uint64_t)1 << 31)
-#define DACC_STATE_PENDED ((uint64_t)1 << 30) /* a reference may be held uncounted (capi.c) */
-#define DACC_STATE_REFS (DACC_STATE_PENDED - 1)
+#define DACC_STATE_UNCOUNTED ((uint64_t)1 << 30) /* a reference may be held uncounted (capi.c) */
+#define DACC_STATE_REFS (DACC_STATE_UNCOUNTED - 1)
 
 typedef struct dacc_record {
-	uint64_t state;     /* generation << 32 | listed << 31 | pended << 30 | counted references */
+	uint64_t state;     /* generation << 32 | listed << 31 | uncounted << 30 | counted references */
 	int64_t id;         /* written before state lists the record */
 	uint32_t next;      /* bucket chain: index+1 of the next record, 0: end */
 	uint32_t nworkers;  /* known workers; the first DACC_INLINE_WORKERS below */
@@ -145,43 +145,43 @@ static inline __attribute__((always_inline)) dacc_record *dacc_record_of(uintptr
 	return r;
 }
 
-/* ---- Uncounted references (pending.c says why and how) ----
+/* ---- Uncounted references (uncounted.c says why and how) ----
 ** A thread's slot holds 0 or one handle whose reference the thread holds
 ** without the record's state counting it. */
 typedef struct {
 	uint64_t h;
 	uint64_t last; /* the thread's last counted lookup: its owner's alone */
-} __attribute__((aligned(64))) dacc_pending_slot;
-/* This thread's slot: dacc_pending_unassigned until it asks for one,
-** dacc_no_pending if it cannot have one (the h of both stays 0). */
-extern __thread dacc_pending_slot *dacc_tls_pending
+} __attribute__((aligned(64))) dacc_uncounted_slot;
+/* This thread's slot: dacc_uncounted_unassigned until it asks for one,
+** dacc_no_uncounted if it cannot have one (the h of both stays 0). */
+extern __thread dacc_uncounted_slot *dacc_tls_uncounted
     __attribute__((tls_model("initial-exec"), visibility("hidden")));
-extern dacc_pending_slot dacc_pending_unassigned __attribute__((visibility("hidden")));
-extern dacc_pending_slot dacc_no_pending __attribute__((visibility("hidden")));
+extern dacc_uncounted_slot dacc_uncounted_unassigned __attribute__((visibility("hidden")));
+extern dacc_uncounted_slot dacc_no_uncounted __attribute__((visibility("hidden")));
 /* What drops a reference a settle counted when its slot changed under it:
 ** an unref (capi.c), which may be the record's death; NULL: a plain
 ** decrement, for a caller that decides the death itself. */
 typedef void (*dacc_undo_fn)(uint64_t h);
 /* Once, before any slot is given: what a thread that exits runs. */
-void dacc_pending_setup(dacc_undo_fn undo);
-/* The calling thread's slot, given now (dacc_no_pending if none is left). */
-dacc_pending_slot *dacc_pending_assign(void);
+void dacc_uncounted_setup(dacc_undo_fn undo);
+/* The calling thread's slot, given now (dacc_no_uncounted if none is left). */
+dacc_uncounted_slot *dacc_uncounted_assign(void);
 /* Counts the reference s holds to h in h's record and empties s: 1 if it
 ** did, 0 if s no longer held it by then. */
-int dacc_pending_materialize(dacc_pending_slot *s, uint64_t h, dacc_undo_fn undo);
+int dacc_uncounted_count_one(dacc_uncounted_slot *s, uint64_t h, dacc_undo_fn undo);
 /* Counts every reference held uncounted to h; returns how many. */
-int dacc_settle(uint64_t h, dacc_undo_fn undo);
-/* For Go (records.go: UncountedRefs): dacc_pending_settle is dacc_settle
+int dacc_uncounted_settle(uint64_t h, dacc_undo_fn undo);
+/* For Go (records.go: UncountedRefs): dacc_uncounted_settle_raw is dacc_uncounted_settle
 ** with plain decrements (Go calls it under the record's shard lock and
-** decides the death after; it never calls into Go); dacc_pending_count says
+** decides the death after; it never calls into Go); dacc_uncounted_count says
 ** how many references are held uncounted now. */
-void dacc_pending_settle(uint64_t h);
-int64_t dacc_pending_count(void);
+void dacc_uncounted_settle_raw(uint64_t h);
+int64_t dacc_uncounted_count(void);
 
 /* Whether this thread holds a reference to h uncounted: then h's life
 ** cannot end before the thread drops it. */
 static inline __attribute__((always_inline)) int dacc_owns(uint64_t h) {
-	return h != 0 && __atomic_load_n(&dacc_tls_pending->h, __ATOMIC_RELAXED) == h;
+	return h != 0 && __atomic_load_n(&dacc_tls_uncounted->h, __ATOMIC_RELAXED) == h;
 }
 
 /* The coarse clock (clock.c): dacc_clock_start starts the thread that

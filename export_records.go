@@ -28,7 +28,7 @@ var (
 	_ = [1]struct{}{}[container.InlineWorkers-C.DACC_INLINE_WORKERS]
 	_ = [1]struct{}{}[container.MaxRecords-C.DACC_MAX_RECORDS]
 	_ = [1]struct{}{}[container.MaxRefs-C.DACC_STATE_REFS]
-	_ = [1]struct{}{}[container.PendedBit-C.DACC_STATE_PENDED]
+	_ = [1]struct{}{}[container.UncountedBit-C.DACC_STATE_UNCOUNTED]
 	_ = [1]struct{}{}[container.MaxShards-C.DACC_MAX_SHARDS]
 	_ = [1]struct{}{}[container.ClockAsleep-C.DACC_CLOCK_ASLEEP]
 	_ = [1]struct{}{}[unsafe.Offsetof(container.Buckets{}.Mask)-unsafe.Offsetof(C.dacc_buckets{}.mask)]

@@ -14,7 +14,7 @@ import (
 // release and recycles them. The C side only reads (lookups, ids, known
 // workers) and takes and drops references with the protocol of the state
 // word (Record.State), or holds them uncounted, one per thread, where the
-// record's life is pended (UncountedRefs); the one transition it leaves to
+// record's life is marked (UncountedRefs); the one transition it leaves to
 // Go is the last one, the death of a record, so that everything a death
 // does (dropping the host's value, recycling) is written once, here.
 //
@@ -41,7 +41,7 @@ import (
 // 64 bytes: one cache line.
 type Record struct {
 	// State is the generation (high 32 bits), the listed bit (bit 31: the
-	// context is in the container), the pended bit (bit 30: a reference to
+	// context is in the container), the uncounted bit (bit 30: a reference to
 	// this life may be held uncounted, see UncountedRefs) and the number of
 	// references counted here (low 30 bits). Neither listed nor
 	// referenced, counted or uncounted: dead.
@@ -75,13 +75,13 @@ const InlineWorkers = 8
 
 // The state word.
 const (
-	stateListed  = uint64(1) << 31
-	statePended  = uint64(1) << 30
-	stateRefMask = statePended - 1
+	stateListed    = uint64(1) << 31
+	stateUncounted = uint64(1) << 30
+	stateRefMask   = stateUncounted - 1
 	// MaxRefs is the most references one context's state word can count.
 	MaxRefs = stateRefMask
-	// PendedBit is the state word's pended bit (see UncountedRefs).
-	PendedBit = statePended
+	// UncountedBit is the state word's uncounted bit (see UncountedRefs).
+	UncountedBit = stateUncounted
 )
 
 func stateGen(st uint64) uint32    { return uint32(st >> 32) }
@@ -453,7 +453,7 @@ func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d PendingDrop,
 	for {
 		st := r.State.Load()
 		next := st &^ stateListed
-		dies := stateRefs(st) == 0 && st&statePended == 0
+		dies := stateRefs(st) == 0 && st&stateUncounted == 0
 		if dies {
 			next = uint64(nextGen(stateGen(st))) << 32
 		}
@@ -638,7 +638,7 @@ func (c *Container) UnrefLastDeferred(h uint64) (bool, PendingDrop, error) {
 	if !referenced(st, gen) {
 		return false, PendingDrop{}, errBadHandle(h)
 	}
-	if st&^statePended != uint64(gen)<<32|1 {
+	if st&^stateUncounted != uint64(gen)<<32|1 {
 		return false, PendingDrop{}, nil
 	}
 	// Under the shard's lock: the free list is the shard's.
@@ -676,7 +676,7 @@ func (c *Container) UncountedReferences() int64 {
 // state words do not count (the C ABI: one per thread, so that a thread's
 // retrieve and unref of a context every thread uses write no line the
 // others read; capi.c says how). A record's life that may have some has
-// the pended bit set. Settle moves every uncounted reference to handle h
+// the uncounted bit set. Settle moves every uncounted reference to handle h
 // into h's count, each as one compare-and-swap that requires h's life (a
 // reference whose holder drops it meanwhile is taken out again, without
 // killing the record: Go, which calls it under the record's shard lock,
@@ -688,7 +688,7 @@ type UncountedRefs interface {
 }
 
 // SetUncountedRefs sets where uncounted references are kept (nil: nowhere).
-// Set before any record is pended: a release never sees what it does not
+// Set before any record is marked: a release never sees what it does not
 // know of.
 func (c *Container) SetUncountedRefs(u UncountedRefs) {
 	if u == nil {

@@ -11,7 +11,7 @@ import (
 )
 
 // fakeUncounted holds references uncounted as the C ABI does (capi.c,
-// pending.c): a settle counts each in the record's state word first, then
+// uncounted.c): a settle counts each in the record's state word first, then
 // forgets it; with dropWhileSettled, its holder drops it between the two,
 // and the settle takes its count out again.
 type fakeUncounted struct {
@@ -31,9 +31,9 @@ func newFakeUncounted(c *container.Container) *fakeUncounted {
 func (f *fakeUncounted) record(h uint64) *container.Record { return container.RecordOf(f.c, h) }
 
 // hold takes an uncounted reference to h, as a lookup does: the record
-// pended first (by an earlier lookup, counted), then the slot written.
+// marked first (by an earlier lookup, counted), then the slot written.
 func (f *fakeUncounted) hold(h uint64) {
-	f.record(h).State.Or(container.PendedBit)
+	f.record(h).State.Or(container.UncountedBit)
 	f.mu.Lock()
 	f.held[h]++
 	f.mu.Unlock()
@@ -99,9 +99,9 @@ func TestReleaseCountsUncountedReferences(t *testing.T) {
 	assert.Zero(t, c.LiveReferences())
 }
 
-// A pended record whose uncounted references are gone dies at its release,
+// A marked record whose uncounted references are gone dies at its release,
 // also when its holder drops the last one while the release counts it.
-func TestReleaseOfPendedRecordWithoutReferences(t *testing.T) {
+func TestReleaseOfMarkedRecordWithoutReferences(t *testing.T) {
 	for _, racing := range []bool{false, true} {
 		c := newContainer(t)
 		dropped := recordDrops(c)
@@ -120,7 +120,7 @@ func TestReleaseOfPendedRecordWithoutReferences(t *testing.T) {
 	}
 }
 
-// A record never pended is never settled; nor is one with counted
+// A record never marked is never settled; nor is one with counted
 // references (its last goes through UnrefLast, whose caller settles).
 func TestSettleOnlyWhereNeeded(t *testing.T) {
 	c := newContainer(t)
@@ -143,5 +143,5 @@ func TestSettleOnlyWhereNeeded(t *testing.T) {
 	f.mu.Unlock()
 	done, err := c.UnrefLast(h)
 	require.NoError(t, err)
-	assert.True(t, done, "the pended bit does not hide the last reference")
+	assert.True(t, done, "the uncounted bit does not hide the last reference")
 }

@@ -1,4 +1,5 @@
-/* uncounted.c: references a thread holds uncounted (pending.c). A thread's
+/* uncounted.c: references a thread holds uncounted (the library's
+** uncounted.c). A thread's
 ** second lookup of a context that threads look up often is held in the
 ** thread's slot, not in the context's count; every way such a reference
 ** can go must behave as a counted one does:
@@ -75,7 +76,7 @@ static void make(int64_t id, value *v) {
 	MUST(dac_context_unref(h));
 }
 
-/* Three lookups of id: the first two counted (the second pends the
+/* Three lookups of id: the first two counted (the second marks the
 ** record: a thread's second lookup of it in a row), each dropped; the
 ** third uncounted, kept. (Had a counted one been kept, its unref would
 ** have dropped the uncounted one: a handle is one value, and either of its

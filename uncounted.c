@@ -1,4 +1,4 @@
-/* pending.c: the references threads hold uncounted.
+/* uncounted.c: the references threads hold uncounted.
 **
 ** Every thread of a backward pass looks up the pass's one context, again
 ** and again. Were each lookup to take its reference on the record's state
@@ -22,8 +22,8 @@
 ** sequentially consistent. Either the lookup reads the state after the
 ** unlist, and fails and empties its slot itself, or the settle sees the
 ** slot. A record whose life never had one is never settled: a thread that
-** has a slot sets the state's pended bit with the counted reference of its
-** second lookup of that life in a row, and only a pended record is looked
+** has a slot sets the state's uncounted bit with the counted reference of its
+** second lookup of that life in a row, and only a marked record is looked
 ** up uncounted (so a context looked up once per thread, as a release
 ** looks up the one it releases, costs its release no settle).
 **
@@ -42,11 +42,11 @@
 #include "capi_internal.h"
 
 /* Threads with a slot at once; more get none (their references are counted). */
-#define DACC_PENDING_SLOTS 1024
+#define DACC_UNCOUNTED_SLOTS 1024
 
-static dacc_pending_slot slots[DACC_PENDING_SLOTS];
+static dacc_uncounted_slot slots[DACC_UNCOUNTED_SLOTS];
 static uint32_t top; /* slots handed out so far: what a settle reads */
-static uint32_t free_slots[DACC_PENDING_SLOTS]; /* of threads that exited */
+static uint32_t free_slots[DACC_UNCOUNTED_SLOTS]; /* of threads that exited */
 static uint32_t nfree;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t key;
@@ -56,11 +56,11 @@ static dacc_undo_fn exit_undo;
 ** NULL so that the pointer goes in the TLS image's 8 bytes beside the
 ** current id, which alignment leaves free: the library's static TLS stays
 ** within 64 bytes (capi_test: TestStaticTLSIsSmall). */
-dacc_pending_slot dacc_pending_unassigned;
-dacc_pending_slot dacc_no_pending;
-__thread dacc_pending_slot *dacc_tls_pending __attribute__((tls_model("initial-exec"))) = &dacc_pending_unassigned;
+dacc_uncounted_slot dacc_uncounted_unassigned;
+dacc_uncounted_slot dacc_no_uncounted;
+__thread dacc_uncounted_slot *dacc_tls_uncounted __attribute__((tls_model("initial-exec"))) = &dacc_uncounted_unassigned;
 
-int dacc_pending_materialize(dacc_pending_slot *s, uint64_t h, dacc_undo_fn undo) {
+int dacc_uncounted_count_one(dacc_uncounted_slot *s, uint64_t h, dacc_undo_fn undo) {
 	uint32_t gen;
 	dacc_record *r = dacc_record_of(__atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE), h, &gen);
 	if (r == NULL)
@@ -83,18 +83,18 @@ int dacc_pending_materialize(dacc_pending_slot *s, uint64_t h, dacc_undo_fn undo
 	return 0;
 }
 
-int dacc_settle(uint64_t h, dacc_undo_fn undo) {
+int dacc_uncounted_settle(uint64_t h, dacc_undo_fn undo) {
 	int moved = 0;
 	uint32_t n = __atomic_load_n(&top, __ATOMIC_ACQUIRE);
 	for (uint32_t i = 0; i < n; i++)
 		if (__atomic_load_n(&slots[i].h, __ATOMIC_SEQ_CST) == h)
-			moved += dacc_pending_materialize(&slots[i], h, undo);
+			moved += dacc_uncounted_count_one(&slots[i], h, undo);
 	return moved;
 }
 
-void dacc_pending_settle(uint64_t h) { dacc_settle(h, NULL); }
+void dacc_uncounted_settle_raw(uint64_t h) { dacc_uncounted_settle(h, NULL); }
 
-int64_t dacc_pending_count(void) {
+int64_t dacc_uncounted_count(void) {
 	int64_t count = 0;
 	uintptr_t base = __atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE);
 	uint32_t n = __atomic_load_n(&top, __ATOMIC_ACQUIRE);
@@ -111,31 +111,31 @@ int64_t dacc_pending_count(void) {
 /* A thread that exits leaves its reference counted (whoever it handed the
 ** handle to still holds it), and its slot to the next thread. */
 static void release_slot(void *p) {
-	dacc_pending_slot *s = p;
+	dacc_uncounted_slot *s = p;
 	uint64_t h = __atomic_load_n(&s->h, __ATOMIC_ACQUIRE);
 	if (h != 0)
-		dacc_pending_materialize(s, h, exit_undo);
-	dacc_tls_pending = &dacc_no_pending; /* a later destructor's lookups are counted */
+		dacc_uncounted_count_one(s, h, exit_undo);
+	dacc_tls_uncounted = &dacc_no_uncounted; /* a later destructor's lookups are counted */
 	pthread_mutex_lock(&mu);
 	free_slots[nfree++] = (uint32_t)(s - slots);
 	pthread_mutex_unlock(&mu);
 }
 
-void dacc_pending_setup(dacc_undo_fn undo) {
+void dacc_uncounted_setup(dacc_undo_fn undo) {
 	exit_undo = undo;
 	pthread_key_create(&key, release_slot);
 }
 
-dacc_pending_slot *dacc_pending_assign(void) {
-	uint32_t i = DACC_PENDING_SLOTS;
+dacc_uncounted_slot *dacc_uncounted_assign(void) {
+	uint32_t i = DACC_UNCOUNTED_SLOTS;
 	pthread_mutex_lock(&mu);
 	if (nfree > 0)
 		i = free_slots[--nfree];
-	else if (top < DACC_PENDING_SLOTS)
+	else if (top < DACC_UNCOUNTED_SLOTS)
 		__atomic_store_n(&top, (i = top) + 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&mu);
-	dacc_pending_slot *s = &dacc_no_pending;
-	if (i != DACC_PENDING_SLOTS) {
+	dacc_uncounted_slot *s = &dacc_no_uncounted;
+	if (i != DACC_UNCOUNTED_SLOTS) {
 		if (pthread_setspecific(key, &slots[i]) == 0) {
 			s = &slots[i];
 		} else {
@@ -144,6 +144,6 @@ dacc_pending_slot *dacc_pending_assign(void) {
 			pthread_mutex_unlock(&mu);
 		}
 	}
-	dacc_tls_pending = s;
+	dacc_tls_uncounted = s;
 	return s;
 }
