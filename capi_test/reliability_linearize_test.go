@@ -300,6 +300,8 @@ func checkLinearizeRun(t *testing.T, run linearizeRun) {
 		t.Errorf("porcupine could not decide linearizability of %d calls in 5 minutes", len(ops))
 	}
 	assert.Contains(t, run.stdout, "\nnum_contexts = 0\nlive_handles = 0\n", "something was left:\n%s", run.stdout)
+	assert.Contains(t, run.stdout, "references held uncounted at once, at most: some",
+		"no lookup held its reference uncounted: the history does not cover them")
 }
 
 // describeIllegal shows, for the first partition that is not linearizable,
