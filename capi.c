@@ -766,11 +766,10 @@ int dac_context_unref(dac_context *ctx) {
 	uint64_t h = to_handle(ctx);
 	dacc_uncounted_slot *s = dacc_tls_uncounted;
 	if (h != 0 && __atomic_load_n(&s->h, __ATOMIC_RELAXED) == h) {
-		uint64_t expect = h;
-		if (__builtin_expect(
-		        __atomic_compare_exchange_n(&s->h, &expect, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED), 1))
-			return DAC_OK; /* held uncounted: dropped */
-		/* A settle counted it meanwhile. */
+		/* Only this thread puts a handle in its slot, so the exchange
+		** finds h, dropped now, or 0: a settle counted it meanwhile. */
+		if (__builtin_expect(__atomic_exchange_n(&s->h, 0, __ATOMIC_SEQ_CST) == h, 1))
+			return DAC_OK;
 	}
 	return unref_counted(h);
 }
