@@ -13,7 +13,13 @@ LIB     := $(BUILD)/libdistautograd.so
 # (the Go tests that check a build is current ask `make -s library-sources`).
 GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/ptick/*.go internal/layout/*.go))
 CSRC    := capi.c clock.c uncounted.c capi_internal.h capi_status.h include/distautograd.h libdistautograd.map
-LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum
+LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay
+# Every build of the library takes one line of Go's runtime from this
+# overlay: a call from C into Go then takes no lock that all threads share
+# (scripts/go-runtime-overlay says why; build/go-runtime/STATUS whether it
+# applied to this Go).
+OVERLAY := $(BUILD)/go-runtime/overlay.json
+GO_CGOCALL := $(shell $(GO) env GOROOT)/src/runtime/cgocall.go
 LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-soname,$(SONAME)'
 
 export GOFLAGS := -buildvcs=false
@@ -31,9 +37,12 @@ help: ## list the targets
 # As an installed library: the file libdistautograd.so.X.Y.Z, its soname
 # link libdistautograd.so.X (what programs load) and libdistautograd.so
 # (what -ldistautograd finds).
-$(BUILD)/$(REALNAME): $(LIBRARY_SOURCES)
+$(OVERLAY): scripts/go-runtime-overlay $(wildcard $(GO_CGOCALL))
+	@scripts/go-runtime-overlay $(GO) $(dir $@)
+
+$(BUILD)/$(REALNAME): $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)
-	$(GO) build -buildmode=c-shared -trimpath -ldflags "$(LDFLAGS)" -o $@ .
+	$(GO) build -buildmode=c-shared -trimpath -overlay $(OVERLAY) -ldflags "$(LDFLAGS)" -o $@ .
 	@# cgo writes the prototypes of the Go side beside the library; the ABI
 	@# contract test reads it, nobody includes it.
 	mv $(basename $@).h $(BUILD)/cgo_generated.h
@@ -49,9 +58,9 @@ $(LIB): $(BUILD)/$(SONAME)
 # max_id); the tests that need it build it, the release .so never has them.
 testing-lib: $(BUILD)/testing/libdistautograd.so ## build/testing/libdistautograd.so, with -tags dac_testing
 
-$(BUILD)/testing/libdistautograd.so: $(LIBRARY_SOURCES)
+$(BUILD)/testing/libdistautograd.so: $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)/testing
-	$(GO) build -buildmode=c-shared -tags dac_testing -trimpath -ldflags "$(LDFLAGS)" -o $(BUILD)/testing/$(SONAME) .
+	$(GO) build -buildmode=c-shared -tags dac_testing -trimpath -overlay $(OVERLAY) -ldflags "$(LDFLAGS)" -o $(BUILD)/testing/$(SONAME) .
 	rm -f $(BUILD)/testing/*.h
 	ln -sf $(SONAME) $@
 
@@ -62,10 +71,10 @@ $(BUILD)/testing/libdistautograd.so: $(LIBRARY_SOURCES)
 # and those tests say so (and fail under CI=true); the rest runs.
 asan-lib: $(BUILD)/asan/libdistautograd.so ## build/asan/libdistautograd.so, with go build -asan
 
-$(BUILD)/asan/libdistautograd.so: $(LIBRARY_SOURCES)
+$(BUILD)/asan/libdistautograd.so: $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)/asan
 	@rm -f $(BUILD)/asan/UNAVAILABLE
-	@if $(GO) build -asan -buildmode=c-shared -trimpath -ldflags "$(LDFLAGS)" -o $(BUILD)/asan/$(SONAME) . 2>$(BUILD)/asan/build.log; then \
+	@if $(GO) build -asan -buildmode=c-shared -trimpath -overlay $(OVERLAY) -ldflags "$(LDFLAGS)" -o $(BUILD)/asan/$(SONAME) . 2>$(BUILD)/asan/build.log; then \
 	  rm -f $(BUILD)/asan/*.h $(BUILD)/asan/build.log; ln -sf $(SONAME) $@; \
 	else \
 	  mv $(BUILD)/asan/build.log $(BUILD)/asan/UNAVAILABLE; rm -f $@ $(BUILD)/asan/$(SONAME); \

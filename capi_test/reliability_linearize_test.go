@@ -1,6 +1,7 @@
 package capi_test
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"fmt"
@@ -228,6 +229,30 @@ type linearizeRun struct {
 	stdout string
 }
 
+// checkHistoriesIn checks every history-* file in dir as checkLinearizeRun does.
+func checkHistoriesIn(t *testing.T, dir string) {
+	files, err := filepath.Glob(filepath.Join(dir, "history-*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no history-* file in %s", dir)
+	for _, name := range files {
+		if strings.HasSuffix(name, ".out") {
+			continue
+		}
+		out, err := os.ReadFile(name + ".out")
+		require.NoError(t, err, "each history has its run's standard output beside it")
+		b, err := os.ReadFile(name)
+		require.NoError(t, err)
+		recs := make([]linRec, len(b)/binary.Size(linRec{}))
+		require.NoError(t, binary.Read(bytes.NewReader(b), binary.LittleEndian, recs))
+		threads := map[uint8]bool{}
+		for _, r := range recs {
+			threads[r.Thread] = true
+		}
+		t.Logf("%s: %d calls from %d threads", filepath.Base(name), len(recs), len(threads))
+		checkLinearizeRun(t, linearizeRun{recs: recs, stdout: string(out)})
+	}
+}
+
 func runLinearize(t *testing.T, bin string, threads, ops int, seed int64) linearizeRun {
 	t.Helper()
 	hist := filepath.Join(t.TempDir(), fmt.Sprintf("history-%d", seed))
@@ -375,8 +400,16 @@ func longRun() bool { return os.Getenv("DAC_LONG") == "1" }
 // linearizable against a model of the container (porcupine). `make test`
 // runs 3 rounds of 50,000 calls per thread; DAC_LONG=1 (make fuzz) runs
 // DAC_LONG_ROUNDS rounds (default 40) of 200,000.
+//
+// DAC_LINEARIZE_FROM=DIR checks the histories that c/linearize.c wrote
+// into DIR (as `linearize THREADS OPS SEED DIR/history-N >DIR/history-N.out`,
+// on a machine with more cores, say) instead of making new ones.
 func TestLinearizableContainer(t *testing.T) {
 	t.Parallel()
+	if dir := os.Getenv("DAC_LINEARIZE_FROM"); dir != "" {
+		checkHistoriesIn(t, dir)
+		return
+	}
 	bin := buildC(t, "c/linearize.c")
 	rounds, ops := 3, 50000
 	if longRun() {

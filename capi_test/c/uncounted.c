@@ -25,7 +25,9 @@
 #include <semaphore.h>
 
 #define ID_BASE 1000
+#ifndef THREADS /* -DTHREADS=N for a machine with more cores */
 #define THREADS 4
+#endif
 #define ROUNDS 20000
 
 typedef struct value {
