@@ -11,7 +11,7 @@ REALNAME := libdistautograd.so.$(VERSION)
 LIB     := $(BUILD)/libdistautograd.so
 # What every build of the library depends on, tests aside: the one list
 # (the Go tests that check a build is current ask `make -s library-sources`).
-GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/ptick/*.go internal/layout/*.go))
+GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/layout/*.go))
 CSRC    := capi.c clock.c uncounted.c capi_internal.h capi_status.h include/distautograd.h libdistautograd.map
 LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay
 # Every build of the library takes one line of Go's runtime from this

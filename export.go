@@ -50,14 +50,12 @@ func countCall() {
 }
 
 // recoverTo turns a panic into DAC_ERR_INTERNAL: no Go panic may cross into C.
-// Every exported function defers it (and so counts as a call into Go, and
-// keeps its P: keepP).
+// Every exported function defers it (and so counts as a call into Go).
 func recoverTo(e *C.dacc_error_slot, rc *C.int) {
 	countCall()
 	if r := recover(); r != nil {
 		*rc = setError(e, container.ErrInternal, fmt.Sprintf("distautograd: internal error (a bug, please report it): %v", r))
 	}
-	keepP()
 }
 
 //export dacgo_fill_error
@@ -167,7 +165,6 @@ func debugInfo(c *container.Container) map[string]int64 {
 		"live_handles":                c.LiveReferences(),
 		"uncounted_handles":           c.UncountedReferences(),
 		"go_heap_bytes":               goHeapLiveBytes(),
-		"sched_yields":                keeper.Yields(),
 	}
 	cleanupDebugInfo(m)
 	return m

@@ -156,9 +156,6 @@ int dac_new_autograd_message_id(int64_t *out);
 ** shared count, see docs/architecture.md),
 ** go_heap_bytes (the Go heap's live bytes as of the last
 ** garbage collection: what the library's own memory keeps, for leak checks),
-** sched_yields (how often calls into Go yielded, at most once per 8 ms on each
-** Go scheduler slot, so that Go's runtime does not take the slot back from
-** the calling thread at every call: see docs/performance.md),
 ** and the fan-out's counters cleanup_sent, cleanup_retried, cleanup_failed,
 ** cleanup_dropped, cleanup_skipped and cleanup_pending. */
 int dac_debug_info(char *buf, size_t capacity, size_t *length);
