@@ -14,12 +14,11 @@ LIB     := $(BUILD)/libdistautograd.so
 GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/layout/*.go))
 CSRC    := capi.c clock.c uncounted.c capi_internal.h capi_status.h include/distautograd.h libdistautograd.map
 LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay
-# Every build of the library takes one line of Go's runtime from this
-# overlay: a call from C into Go then takes no lock that all threads share
-# (scripts/go-runtime-overlay says why; build/go-runtime/STATUS whether it
-# applied to this Go).
+# Every build of the library takes three lines of Go's runtime from this
+# overlay, for C threads that call into Go (scripts/go-runtime-overlay says
+# what and why; build/go-runtime/STATUS whether each applied to this Go).
 OVERLAY := $(BUILD)/go-runtime/overlay.json
-GO_CGOCALL := $(shell $(GO) env GOROOT)/src/runtime/cgocall.go
+GO_RUNTIME_FILES := $(addprefix $(shell $(GO) env GOROOT)/src/runtime/,cgocall.go proc.go)
 LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-soname,$(SONAME)'
 
 export GOFLAGS := -buildvcs=false
@@ -37,7 +36,7 @@ help: ## list the targets
 # As an installed library: the file libdistautograd.so.X.Y.Z, its soname
 # link libdistautograd.so.X (what programs load) and libdistautograd.so
 # (what -ldistautograd finds).
-$(OVERLAY): scripts/go-runtime-overlay $(wildcard $(GO_CGOCALL))
+$(OVERLAY): scripts/go-runtime-overlay $(wildcard $(GO_RUNTIME_FILES))
 	@scripts/go-runtime-overlay $(GO) $(dir $@)
 
 $(BUILD)/$(REALNAME): $(LIBRARY_SOURCES) $(OVERLAY)

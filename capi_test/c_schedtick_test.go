@@ -40,3 +40,20 @@ func TestCallsFromCMoveThePsTick(t *testing.T) {
 		assert.GreaterOrEqual(t, most, int64(100000), "the Ps' ticks, summed, at most %d over %d traces: calls from C do not move them", most, traces)
 	}
 }
+
+// More C threads than Ps (GOMAXPROCS=1), each calling into Go without
+// pause: every one makes progress (c/fairness.c). Moving the P's tick on
+// every call would let the first thread keep the P for good (Go's monitor
+// takes a P back from a thread in C only if its system-call tick stood
+// still between two looks, and these calls move it); the overlay moves it
+// only while no goroutine waits to run, so a waiting thread gets the P
+// within about 10 ms, as from a goroutine that runs long.
+func TestCallsFromCThreadsShareThePs(t *testing.T) {
+	t.Parallel()
+	r := runEnv(t, []string{"GOMAXPROCS=1"}, buildC(t, "c/fairness.c", "-lpthread"))
+	assert.Equal(t, 0, r.Code, "stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
+	assertTranscript(t, `
+		4 threads, each made 10000 calls: 1
+		every call worked: 1
+	`, r.Stdout)
+}

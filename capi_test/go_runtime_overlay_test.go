@@ -104,3 +104,30 @@ func objdump(t *testing.T, goTool, rel, fn string) string {
 	require.NoError(t, err, "go tool objdump %s: %s", rel, out)
 	return string(out)
 }
+
+// Go's monitor backs off at once after a wake: in runtime.sysmon of each
+// build, the line that doubles its nap (a shift) compares idle with 0, not
+// with 50 (Go 1.26 naps 20 us for 50 looks first, and C threads that call
+// now and then kept it there).
+func TestMonitorBacksOffAtOnce(t *testing.T) {
+	t.Parallel()
+	goTool := requireOverlay(t, "monitor-backs-off-at-once", "\n\t\t} else if idle > 50 { // start doubling the sleep after 1ms...\n")
+	line := regexp.MustCompile(`^\s*(\S+:\d+)\s+0x[0-9a-f]+\s+[0-9a-f]+\s+(.*)$`)
+	for _, rel := range overlaidLibraries {
+		out := objdump(t, goTool, rel, "runtime.sysmon")
+		byLine := map[string][]string{}
+		doubling := ""
+		for _, l := range strings.Split(out, "\n") {
+			if m := line.FindStringSubmatch(l); m != nil {
+				byLine[m[1]] = append(byLine[m[1]], m[2])
+				if strings.HasPrefix(m[2], "SHLL ") && doubling == "" {
+					doubling = m[1]
+				}
+			}
+		}
+		require.NotEmpty(t, doubling, "%s: runtime.sysmon doubles no nap (no shift found)", rel)
+		for _, ins := range byLine[doubling] {
+			assert.NotContains(t, ins, "$0x32", "%s: runtime.sysmon still naps 20 us for 50 looks (%s: %v)", rel, doubling, byLine[doubling])
+		}
+	}
+}
