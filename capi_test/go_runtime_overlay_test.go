@@ -1,10 +1,12 @@
 package capi_test
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -129,5 +131,79 @@ func TestMonitorBacksOffAtOnce(t *testing.T) {
 		for _, ins := range byLine[doubling] {
 			assert.NotContains(t, ins, "$0x32", "%s: runtime.sysmon still naps 20 us for 50 looks (%s: %v)", rel, doubling, byLine[doubling])
 		}
+	}
+}
+
+// scripts/go-runtime-overlay against other Gos (a stand-in go command and
+// GOROOT): a line found once is replaced, line for line; a line found
+// twice or not at all, or a file missing, is left as it is and STATUS says
+// so; the overlay names only the files that changed, and is valid JSON.
+func TestOverlayScriptOnOtherGos(t *testing.T) {
+	t.Parallel()
+	script := filepath.Join(repoRoot(t), "scripts", "go-runtime-overlay")
+	lines := map[string][]string{
+		"cgocall.go": {"\t\t<-main_init_done", "\texitsyscall() // coming out of cgo call"},
+		"proc.go":    {"\t\t} else if idle > 50 { // start doubling the sleep after 1ms..."},
+	}
+	for _, tc := range []struct {
+		name    string
+		files   map[string]string // runtime file: its text ("" : missing)
+		applied []string
+		changed []string // files in the overlay
+	}{
+		{"as Go 1.26", map[string]string{
+			"cgocall.go": "package runtime\n" + lines["cgocall.go"][0] + "\n" + lines["cgocall.go"][1] + "\n",
+			"proc.go":    "package runtime\n" + lines["proc.go"][0] + "\n"},
+			[]string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once"},
+			[]string{"cgocall.go", "proc.go"}},
+		{"a line twice", map[string]string{
+			"cgocall.go": "package runtime\n" + lines["cgocall.go"][0] + "\n" + lines["cgocall.go"][0] + "\n" + lines["cgocall.go"][1] + "\n",
+			"proc.go":    "package runtime\n"},
+			[]string{"callback-is-a-schedule"},
+			[]string{"cgocall.go"}},
+		{"no runtime files", map[string]string{}, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			goroot, out := t.TempDir(), t.TempDir()
+			require.NoError(t, os.MkdirAll(filepath.Join(goroot, "src", "runtime"), 0o755))
+			for name, text := range tc.files {
+				require.NoError(t, os.WriteFile(filepath.Join(goroot, "src", "runtime", name), []byte(text), 0o644))
+			}
+			fakeGo := filepath.Join(t.TempDir(), "go")
+			require.NoError(t, os.WriteFile(fakeGo, []byte("#!/bin/sh\necho '"+goroot+"'\n"), 0o755))
+			res, err := exec.Command(script, fakeGo, out).CombinedOutput()
+			require.NoError(t, err, "%s", res)
+
+			status, err := os.ReadFile(filepath.Join(out, "STATUS"))
+			require.NoError(t, err)
+			for _, name := range []string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once"} {
+				if slices.Contains(tc.applied, name) {
+					assert.Contains(t, string(status), name+": applied\n")
+				} else {
+					assert.Contains(t, string(status), name+": not applied: ")
+				}
+			}
+			var overlay struct{ Replace map[string]string }
+			b, err := os.ReadFile(filepath.Join(out, "overlay.json"))
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal(b, &overlay), "%s", b)
+			require.Len(t, overlay.Replace, len(tc.changed), "%s", b)
+			for _, name := range tc.changed {
+				orig := filepath.Join(goroot, "src", "runtime", name)
+				repl, ok := overlay.Replace[orig]
+				require.True(t, ok, "%s is not replaced: %s", orig, b)
+				was, err := os.ReadFile(orig)
+				require.NoError(t, err)
+				now, err := os.ReadFile(repl)
+				require.NoError(t, err)
+				assert.Equal(t, strings.Count(string(was), "\n"), strings.Count(string(now), "\n"), "line for line")
+				assert.Contains(t, string(now), "distautograd: scripts/go-runtime-overlay")
+				for _, l := range lines[name] {
+					if strings.Count(string(was), l+"\n") == 1 {
+						assert.NotContains(t, string(now), l+"\n", "replaced")
+					}
+				}
+			}
+		})
 	}
 }
