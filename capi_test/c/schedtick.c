@@ -1,8 +1,9 @@
 /* schedtick: a thread that calls into Go again and again, for the Go test
 ** to read the scheduler ticks of Go's Ps off GODEBUG=schedtrace. Each call
-** from C into Go moves the tick of the P it runs on (the library's
-** go-runtime overlay), so Go's monitor keeps the P with the thread that
-** uses it instead of taking it back as from a goroutine that ran 10 ms.
+** from C into Go moves the tick of the P it runs on while no goroutine
+** waits to run (the library's go-runtime overlay), so Go's monitor keeps
+** the P with the thread that uses it instead of taking it back as from a
+** goroutine that ran 10 ms.
 ** It makes CALLS calls over at least 200 ms, then idles 100 ms in C. */
 #include "check.h"
 
