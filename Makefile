@@ -18,7 +18,9 @@ LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay
 # overlay, for C threads that call into Go (scripts/go-runtime-overlay says
 # what and why; build/go-runtime/STATUS whether each applied to this Go).
 OVERLAY := $(BUILD)/go-runtime/overlay.json
-GO_RUNTIME_FILES := $(addprefix $(shell $(GO) env GOROOT)/src/runtime/,cgocall.go proc.go)
+# Which of the runtime's files it changes is the script's to say: a change
+# to any of them writes the overlay again.
+GO_RUNTIME_FILES := $(wildcard $(shell $(GO) env GOROOT)/src/runtime/*.go)
 LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-soname,$(SONAME)'
 
 export GOFLAGS := -buildvcs=false
@@ -36,7 +38,7 @@ help: ## list the targets
 # As an installed library: the file libdistautograd.so.X.Y.Z, its soname
 # link libdistautograd.so.X (what programs load) and libdistautograd.so
 # (what -ldistautograd finds).
-$(OVERLAY): scripts/go-runtime-overlay $(wildcard $(GO_RUNTIME_FILES))
+$(OVERLAY): scripts/go-runtime-overlay $(GO_RUNTIME_FILES)
 	@scripts/go-runtime-overlay $(GO) $(dir $@)
 
 $(BUILD)/$(REALNAME): $(LIBRARY_SOURCES) $(OVERLAY)

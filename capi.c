@@ -446,6 +446,13 @@ static inline int referenced(uint64_t st, uint32_t gen) {
 	return (uint32_t)(st >> 32) == gen && (st & DACC_STATE_REFS) != 0;
 }
 
+/* Whether handle h (of life gen, its record's state st) holds a reference:
+** one counted in the record, or the one this thread holds uncounted (whose
+** life cannot end while the thread's slot holds it). */
+static inline int holds(uint64_t st, uint32_t gen, uint64_t h) {
+	return referenced(st, gen) || dacc_owns(h);
+}
+
 /* How many links a lookup follows before it leaves the answer to Go: a
 ** chain is that long only while Go rewrites it under a reader. */
 #define DACC_MAX_HOPS 64
@@ -714,7 +721,7 @@ int dac_context_ref(dac_context *ctx) {
 		if (__builtin_expect(r != NULL, 1)) {
 			uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
 			/* Referenced: counted, or held uncounted by this thread. */
-			while ((referenced(st, gen) || ((uint32_t)(st >> 32) == gen && dacc_owns(h))) &&
+			while (holds(st, gen, h) &&
 			       (st & DACC_STATE_REFS) != DACC_STATE_REFS) {
 				if (__atomic_compare_exchange_n(&r->state, &st, st + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 					return DAC_OK;
@@ -844,9 +851,9 @@ int dac_context_host_value(dac_context *ctx, uint64_t *out) {
 	uint64_t h = to_handle(ctx);
 	uint32_t gen;
 	dacc_record *r = handle_record(h, &gen);
-	if (__builtin_expect(r != NULL, 1) && (referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen) || dacc_owns(h))) {
+	if (__builtin_expect(r != NULL, 1) && holds(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen, h)) {
 		uint64_t v = __atomic_load_n(&r->host_value, __ATOMIC_ACQUIRE);
-		if (referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen) || dacc_owns(h)) {
+		if (holds(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen, h)) {
 			*out = v;
 			return DAC_OK;
 		}
@@ -861,7 +868,7 @@ int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {
 	uint64_t h = to_handle(ctx);
 	uint32_t gen;
 	dacc_record *r = handle_record(h, &gen);
-	if (__builtin_expect(r != NULL, 1) && (referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen) || dacc_owns(h))) {
+	if (__builtin_expect(r != NULL, 1) && holds(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen, h)) {
 		uint32_t n = __atomic_load_n(&r->nworkers, __ATOMIC_ACQUIRE);
 		if (n > DACC_INLINE_WORKERS)
 			n = DACC_INLINE_WORKERS;
@@ -1028,17 +1035,17 @@ int dac_fork_parent(void) {
 int dac_context_set_host_value(dac_context *ctx, uint64_t value, dac_host_value_drop drop, uint64_t *current) {
 	GUARD_FORK();
 	CHECK_OUT(current);
+	uint64_t h = to_handle(ctx);
 	uint32_t gen;
 	dacc_record *r;
 	/* Go says why the handle is not usable (not initialized, or which
 	** handle is bad); if Go finds it live (a lookup took a reference to its
 	** context meanwhile, the same life), it is tried again. */
-	while (__builtin_expect((r = handle_record(to_handle(ctx), &gen)) == NULL ||
-	                            !(referenced(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen) || dacc_owns(to_handle(ctx))),
+	while (__builtin_expect((r = handle_record(h, &gen)) == NULL || !holds(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen, h),
 	                        0)) {
 		uint64_t ignored;
-		for_go(to_handle(ctx));
-		int rc = dacgo_context_host_value(to_handle(ctx), &ignored, err());
+		for_go(h);
+		int rc = dacgo_context_host_value(h, &ignored, err());
 		if (rc != DAC_OK)
 			return rc;
 	}

@@ -7,9 +7,9 @@ import "C"
 
 import "distautograd/container"
 
-// The references C threads hold uncounted (capi.c, "Uncounted
-// references"): a release settles them before it decides a record's
-// death, and the leak count includes them.
+// The references C threads hold uncounted (uncounted.c): a release
+// settles them before it decides a record's death, and the leak count
+// includes them.
 type uncountedRefs struct{}
 
 func (uncountedRefs) Settle(h uint64) { C.dacc_uncounted_settle_raw(C.uint64_t(h)) }

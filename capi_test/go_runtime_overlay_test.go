@@ -14,8 +14,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The two lines of Go's runtime that scripts/go-runtime-overlay replaces in
-// every build of the library, read off its machine code, and its STATUS.
+// The three lines of Go's runtime that scripts/go-runtime-overlay replaces
+// in every build of the library, read off its machine code, and its STATUS.
+
+// overlayChange is one of them: its name in STATUS, its file in
+// GOROOT/src/runtime and the line it replaces there.
+type overlayChange struct{ name, file, line string }
+
+var (
+	waitWithoutLock       = overlayChange{"wait-without-lock", "cgocall.go", "\t\t<-main_init_done"}
+	callbackIsASchedule   = overlayChange{"callback-is-a-schedule", "cgocall.go", "\texitsyscall() // coming out of cgo call"}
+	monitorBacksOffAtOnce = overlayChange{"monitor-backs-off-at-once", "proc.go", "\t\t} else if idle > 50 { // start doubling the sleep after 1ms..."}
+	overlayChanges        = []overlayChange{waitWithoutLock, callbackIsASchedule, monitorBacksOffAtOnce}
+)
 
 // A call from C into Go takes no lock that every thread shares: the
 // library's runtime waits for its package initialization with a receive
@@ -25,13 +36,13 @@ import (
 // (selectnbrecv).
 func TestCallsFromCTakeNoSharedLock(t *testing.T) {
 	t.Parallel()
-	goTool := requireOverlay(t, "wait-without-lock", "\n\t\t<-main_init_done\n")
-	call := regexp.MustCompile(`CALL (runtime\.\w+)\(SB\)`)
+	goTool := requireOverlay(t, waitWithoutLock)
 	for _, rel := range overlaidLibraries {
-		out := objdump(t, goTool, rel, "runtime.cgocallbackg1")
 		var calls []string
-		for _, m := range call.FindAllStringSubmatch(out, -1) {
-			calls = append(calls, m[1])
+		for _, ins := range objdump(t, goTool, rel, "runtime.cgocallbackg1") {
+			if c, ok := strings.CutPrefix(ins.text, "CALL "); ok {
+				calls = append(calls, strings.TrimSuffix(strings.Fields(c)[0], "(SB)"))
+			}
 		}
 		require.NotEmpty(t, calls, "%s: no runtime.cgocallbackg1 found", rel)
 		nonBlocking := false
@@ -53,58 +64,21 @@ func TestCallsFromCTakeNoSharedLock(t *testing.T) {
 // exitsyscall, an increment of memory (the P's schedtick) after the call.
 func TestCallsFromCMoveTheirPsTick(t *testing.T) {
 	t.Parallel()
-	goTool := requireOverlay(t, "callback-is-a-schedule", "\n\texitsyscall() // coming out of cgo call\n")
-	line := regexp.MustCompile(`^\s*(\S+:\d+)\s+0x[0-9a-f]+\s+[0-9a-f]+\s+(.*)$`)
+	goTool := requireOverlay(t, callbackIsASchedule)
 	for _, rel := range overlaidLibraries {
-		out := objdump(t, goTool, rel, "runtime.cgocallbackg")
+		listing := objdump(t, goTool, rel, "runtime.cgocallbackg")
 		exitLine, incremented := "", false
-		for _, l := range strings.Split(out, "\n") {
-			m := line.FindStringSubmatch(l)
-			if m == nil {
-				continue
-			}
+		for _, ins := range listing {
 			switch {
-			case strings.HasPrefix(m[2], "CALL runtime.exitsyscall(SB)"):
-				exitLine = m[1]
-			case exitLine != "" && m[1] == exitLine && strings.HasPrefix(m[2], "INCL "):
+			case strings.HasPrefix(ins.text, "CALL runtime.exitsyscall(SB)"):
+				exitLine = ins.line
+			case exitLine != "" && ins.line == exitLine && strings.HasPrefix(ins.text, "INCL "):
 				incremented = true
 			}
 		}
 		require.NotEmpty(t, exitLine, "%s: runtime.cgocallbackg calls no runtime.exitsyscall", rel)
-		assert.True(t, incremented, "%s: runtime.cgocallbackg increments nothing after exitsyscall (%s):\n%s", rel, exitLine, out)
+		assert.True(t, incremented, "%s: runtime.cgocallbackg increments nothing after exitsyscall (%s):\n%v", rel, exitLine, listing)
 	}
-}
-
-// The builds of the library that take the overlay (the sanitized one is
-// built from the same sources and overlay; its machine code differs).
-var overlaidLibraries = []string{"build/libdistautograd.so", "build/testing/libdistautograd.so"}
-
-// requireOverlay returns the go command, after checking that where this
-// Go's runtime/cgocall.go has the line that change name replaces (exactly
-// once), build/go-runtime/STATUS says the change was applied.
-func requireOverlay(t *testing.T, name, line string) string {
-	t.Helper()
-	goTool, err := exec.LookPath("go")
-	require.NoError(t, err, "the go command is needed to read the library's machine code")
-	goroot, err := exec.Command(goTool, "env", "GOROOT").Output()
-	require.NoError(t, err)
-	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(goroot)), "src", "runtime", "cgocall.go"))
-	require.NoError(t, err)
-	status, err := os.ReadFile(filepath.Join(repoRoot(t), "build", "go-runtime", "STATUS"))
-	require.NoError(t, err, "make writes build/go-runtime/STATUS")
-	if strings.Count(string(src), line) == 1 {
-		assert.Contains(t, string(status), name+": applied\n", "this Go's runtime has the line that %s replaces, and the overlay did not apply it", name)
-	}
-	return goTool
-}
-
-// objdump returns go tool objdump's listing of function fn in the build rel.
-func objdump(t *testing.T, goTool, rel, fn string) string {
-	t.Helper()
-	lib := requireLibrary(t, rel, "")
-	out, err := exec.Command(goTool, "tool", "objdump", "-s", "^"+regexp.QuoteMeta(fn)+"$", lib).CombinedOutput()
-	require.NoError(t, err, "go tool objdump %s: %s", rel, out)
-	return string(out)
 }
 
 // Go's monitor backs off at once after a wake: in runtime.sysmon of each
@@ -113,18 +87,14 @@ func objdump(t *testing.T, goTool, rel, fn string) string {
 // now and then kept it there).
 func TestMonitorBacksOffAtOnce(t *testing.T) {
 	t.Parallel()
-	goTool := requireOverlay(t, "monitor-backs-off-at-once", "\n\t\t} else if idle > 50 { // start doubling the sleep after 1ms...\n")
-	line := regexp.MustCompile(`^\s*(\S+:\d+)\s+0x[0-9a-f]+\s+[0-9a-f]+\s+(.*)$`)
+	goTool := requireOverlay(t, monitorBacksOffAtOnce)
 	for _, rel := range overlaidLibraries {
-		out := objdump(t, goTool, rel, "runtime.sysmon")
 		byLine := map[string][]string{}
 		doubling := ""
-		for _, l := range strings.Split(out, "\n") {
-			if m := line.FindStringSubmatch(l); m != nil {
-				byLine[m[1]] = append(byLine[m[1]], m[2])
-				if strings.HasPrefix(m[2], "SHLL ") && doubling == "" {
-					doubling = m[1]
-				}
+		for _, ins := range objdump(t, goTool, rel, "runtime.sysmon") {
+			byLine[ins.line] = append(byLine[ins.line], ins.text)
+			if strings.HasPrefix(ins.text, "SHLL ") && doubling == "" {
+				doubling = ins.line
 			}
 		}
 		require.NotEmpty(t, doubling, "%s: runtime.sysmon doubles no nap (no shift found)", rel)
@@ -134,6 +104,50 @@ func TestMonitorBacksOffAtOnce(t *testing.T) {
 	}
 }
 
+// The builds of the library that take the overlay (the sanitized one is
+// built from the same sources and overlay; its machine code differs).
+var overlaidLibraries = []string{"build/libdistautograd.so", "build/testing/libdistautograd.so"}
+
+// requireOverlay returns the go command, after checking that where this
+// Go's runtime file has the line that change replaces (exactly once),
+// build/go-runtime/STATUS says the change was applied.
+func requireOverlay(t *testing.T, change overlayChange) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	require.NoError(t, err, "the go command is needed to read the library's machine code")
+	goroot, err := exec.Command(goTool, "env", "GOROOT").Output()
+	require.NoError(t, err)
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(goroot)), "src", "runtime", change.file))
+	require.NoError(t, err)
+	status, err := os.ReadFile(filepath.Join(repoRoot(t), "build", "go-runtime", "STATUS"))
+	require.NoError(t, err, "make writes build/go-runtime/STATUS")
+	if strings.Count(string(src), "\n"+change.line+"\n") == 1 {
+		assert.Contains(t, string(status), change.name+": applied\n", "this Go's runtime has the line that %s replaces, and the overlay did not apply it", change.name)
+	}
+	return goTool
+}
+
+// instruction is a line of go tool objdump's listing: the source line it
+// came from (file:line) and the instruction.
+type instruction struct{ line, text string }
+
+var listingLine = regexp.MustCompile(`^\s*(\S+:\d+)\s+0x[0-9a-f]+\s+[0-9a-f]+\s+(.*)$`)
+
+// objdump returns go tool objdump's listing of function fn in the build rel.
+func objdump(t *testing.T, goTool, rel, fn string) []instruction {
+	t.Helper()
+	lib := requireLibrary(t, rel, "")
+	out, err := exec.Command(goTool, "tool", "objdump", "-s", "^"+regexp.QuoteMeta(fn)+"$", lib).CombinedOutput()
+	require.NoError(t, err, "go tool objdump %s: %s", rel, out)
+	var listing []instruction
+	for _, l := range strings.Split(string(out), "\n") {
+		if m := listingLine.FindStringSubmatch(l); m != nil {
+			listing = append(listing, instruction{m[1], strings.TrimSpace(m[2])})
+		}
+	}
+	return listing
+}
+
 // scripts/go-runtime-overlay against other Gos (a stand-in go command and
 // GOROOT): a line found once is replaced, line for line; a line found
 // twice or not at all, or a file missing, is left as it is and STATUS says
@@ -141,10 +155,7 @@ func TestMonitorBacksOffAtOnce(t *testing.T) {
 func TestOverlayScriptOnOtherGos(t *testing.T) {
 	t.Parallel()
 	script := filepath.Join(repoRoot(t), "scripts", "go-runtime-overlay")
-	lines := map[string][]string{
-		"cgocall.go": {"\t\t<-main_init_done", "\texitsyscall() // coming out of cgo call"},
-		"proc.go":    {"\t\t} else if idle > 50 { // start doubling the sleep after 1ms..."},
-	}
+	wait, callback, monitor := waitWithoutLock.line, callbackIsASchedule.line, monitorBacksOffAtOnce.line
 	for _, tc := range []struct {
 		name    string
 		files   map[string]string // runtime file: its text ("" : missing)
@@ -152,12 +163,12 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 		changed []string // files in the overlay
 	}{
 		{"as Go 1.26", map[string]string{
-			"cgocall.go": "package runtime\n" + lines["cgocall.go"][0] + "\n" + lines["cgocall.go"][1] + "\n",
-			"proc.go":    "package runtime\n" + lines["proc.go"][0] + "\n"},
+			"cgocall.go": "package runtime\n" + wait + "\n" + callback + "\n",
+			"proc.go":    "package runtime\n" + monitor + "\n"},
 			[]string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once"},
 			[]string{"cgocall.go", "proc.go"}},
 		{"a line twice", map[string]string{
-			"cgocall.go": "package runtime\n" + lines["cgocall.go"][0] + "\n" + lines["cgocall.go"][0] + "\n" + lines["cgocall.go"][1] + "\n",
+			"cgocall.go": "package runtime\n" + wait + "\n" + wait + "\n" + callback + "\n",
 			"proc.go":    "package runtime\n"},
 			[]string{"callback-is-a-schedule"},
 			[]string{"cgocall.go"}},
@@ -176,11 +187,11 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 
 			status, err := os.ReadFile(filepath.Join(out, "STATUS"))
 			require.NoError(t, err)
-			for _, name := range []string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once"} {
-				if slices.Contains(tc.applied, name) {
-					assert.Contains(t, string(status), name+": applied\n")
+			for _, change := range overlayChanges {
+				if slices.Contains(tc.applied, change.name) {
+					assert.Contains(t, string(status), change.name+": applied\n")
 				} else {
-					assert.Contains(t, string(status), name+": not applied: ")
+					assert.Contains(t, string(status), change.name+": not applied: ")
 				}
 			}
 			var overlay struct{ Replace map[string]string }
@@ -198,9 +209,9 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, strings.Count(string(was), "\n"), strings.Count(string(now), "\n"), "line for line")
 				assert.Contains(t, string(now), "distautograd: scripts/go-runtime-overlay")
-				for _, l := range lines[name] {
-					if strings.Count(string(was), l+"\n") == 1 {
-						assert.NotContains(t, string(now), l+"\n", "replaced")
+				for _, change := range overlayChanges {
+					if change.file == name && strings.Count(string(was), change.line+"\n") == 1 {
+						assert.NotContains(t, string(now), change.line+"\n", "replaced")
 					}
 				}
 			}
