@@ -11,12 +11,20 @@
 // ids, the release fan-out and the counts. libtorch keeps its
 // DistAutogradContext objects (send/recv functions, graph task, outstanding
 // RPCs, gradients): one hangs on each distautograd context as its host
-// value, a heap-allocated ContextPtr that the drop frees when the context's
-// last reference goes, so the object lives exactly as long as
-// distautograd's context (and as long as torch holds its own copies).
-// libtorch constructs them: its getOrCreateContext then
-// releaseContextIfPresent on the context's id make and drop one without
-// any RPC (sendReleaseContextRpc is a no-op while the backend serves).
+// value, a Box whose own reference the drop lets go when the context's last
+// reference goes, so the object lives exactly as long as distautograd's
+// context (and as long as torch holds its own copies).
+//
+// The object is built in place by libtorch's exported constructor and torn
+// down by libtorch's own code: the disposer of the shared_ptr control block
+// libtorch's make_shared uses for it (its destructor is inline there, so
+// that is the only compiled copy), reached through that control block's
+// vtable, which libtorch exports. Neither needs the class's layout, only an
+// upper bound of its size, which probe() takes from a block libtorch's own
+// factory made. (The factory itself, getOrCreateContext then
+// releaseContextIfPresent on the id, costs two locks, an insert and an
+// erase in libtorch's map per context: about 250 ns of a 2 us Python
+// cycle.)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,6 +32,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
+
+#include <dlfcn.h>
+#include <malloc.h>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -51,6 +63,7 @@ namespace autograd {
 // control block, libtorch's, destroys it).
 class DistAutogradContext {
  public:
+  explicit DistAutogradContext(int64_t contextId);
   int64_t contextId() const;
   void addKnownWorkerId(const rpc::worker_id_t workerId);
   std::unordered_set<rpc::worker_id_t> getKnownWorkerIds() const;
@@ -69,6 +82,13 @@ class CleanupAutogradContextReq : public rpc::RpcCommandBase {
 }  // namespace autograd
 }  // namespace distributed
 }  // namespace torch
+
+// libtorch's control block for make_shared<DistAutogradContext>: its vtable
+// (exported, weak), whose third slot, _M_dispose(this), destroys the object
+// at this + 16 and frees nothing.
+extern void* const torch_context_block_vtable[] __asm__(
+    "_ZTVSt23_Sp_counted_ptr_inplaceIN5torch11distributed8autograd19DistAutogradContextESaIvELN9__gnu_cxx12_"
+    "Lock_policyE2EE");
 
 namespace {
 
@@ -95,7 +115,7 @@ std::mutex init_mu;
 // send: on lines of their own, away from what every member reads (instance,
 // real, exiting).
 struct alignas(64) Counts {
-  std::atomic<int64_t> cleanup_handed{0}, cleanup_torch_failed{0}, factory_made{0};
+  std::atomic<int64_t> cleanup_handed{0}, cleanup_torch_failed{0}, made{0}, destroyed{0};
 } counts;
 std::atomic<bool> exiting{false};
 
@@ -112,16 +132,41 @@ inline void check(int rc) {
     fail_dac();
 }
 
-void drop_host(uint64_t value) { delete reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(value)); }
+constexpr size_t kVtableHeader = 2;  // offset-to-top and typeinfo, before the slots
+constexpr size_t kDisposeSlot = 2;   // after the destructor's two entries
+constexpr size_t kBlockHeader = 16;  // _Sp_counted_base: the vptr and the two counts
 
-ContextPtr make_torch_context(int64_t id) {
-  void* self = instance.load(std::memory_order_acquire);
-  if (self == nullptr)
-    self = real.getInstanceInternal();
-  ContextPtr p = real.getOrCreateContext(self, id);
-  real.releaseContextIfPresent(self, id);
-  counts.factory_made.fetch_add(1, std::memory_order_relaxed);
-  return p;
+// Room for one DistAutogradContext: probe() checks that libtorch's own
+// allocation for one (its control block, kBlockHeader more) fits.
+constexpr size_t kContextRoom = 368;
+
+// One libtorch context and the reference its distautograd context holds.
+// Its own control block (make_shared<Box>) counts every ContextPtr torch
+// holds, which aliases the object inside; self is the host's reference.
+struct Box {
+  ContextPtr self;
+  alignas(16) unsigned char room[kContextRoom];
+
+  explicit Box(int64_t id) { new (room) ta::DistAutogradContext(id); }
+  ~Box() {
+    // libtorch's disposer takes its control block, the object 16 bytes on.
+    using Dispose = void (*)(uintptr_t);
+    auto dispose = reinterpret_cast<Dispose>(torch_context_block_vtable[kVtableHeader + kDisposeSlot]);
+    dispose(reinterpret_cast<uintptr_t>(room) - kBlockHeader);
+    counts.destroyed.fetch_add(1, std::memory_order_relaxed);
+  }
+  ta::DistAutogradContext* object() { return reinterpret_cast<ta::DistAutogradContext*>(room); }
+};
+
+void drop_host(uint64_t value) { reinterpret_cast<Box*>(static_cast<uintptr_t>(value))->self.reset(); }
+
+// A new libtorch context of id, in a box that holds its own reference.
+Box* make_torch_context(int64_t id) {
+  auto b = std::make_shared<Box>(id);
+  Box* box = b.get();
+  box->self = ContextPtr(std::move(b), box->object());
+  counts.made.fetch_add(1, std::memory_order_relaxed);
+  return box;
 }
 
 // Drops a handle however the scope ends.
@@ -137,13 +182,13 @@ struct Handle {
 // live handle) and hangs it on as the host value, unless another thread's
 // got there first: either way, the one the context keeps.
 ContextPtr attach(dac_context* h, int64_t id) {
-  auto* cand = new ContextPtr(make_torch_context(id));
+  Box* cand = make_torch_context(id);
   uint64_t cur = 0;
   int rc = dac_context_set_host_value(h, reinterpret_cast<uintptr_t>(cand), drop_host, &cur);
   if (rc != DAC_OK || cur != reinterpret_cast<uintptr_t>(cand))
-    delete cand;
+    cand->self.reset();
   check(rc);
-  return *reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(cur));
+  return reinterpret_cast<Box*>(static_cast<uintptr_t>(cur))->self;
 }
 
 // The libtorch context of a distautograd context (through a live handle):
@@ -152,7 +197,7 @@ ContextPtr hosted(dac_context* h) {
   uint64_t v = 0;
   check(dac_context_host_value(h, &v));
   if (__builtin_expect(v != 0, 1))
-    return *reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(v));
+    return reinterpret_cast<Box*>(static_cast<uintptr_t>(v))->self;
   int64_t id = 0;
   check(dac_context_id(h, &id));
   return attach(h, id);
@@ -278,7 +323,7 @@ bool release_with_torch_workers(int64_t id) {
   uint64_t v = 0;
   check(dac_context_host_value(h.h, &v));
   if (v != 0) {
-    auto known = (*reinterpret_cast<ContextPtr*>(static_cast<uintptr_t>(v)))->getKnownWorkerIds();
+    auto known = reinterpret_cast<Box*>(static_cast<uintptr_t>(v))->object()->getKnownWorkerIds();
     ids.reserve(known.size());
     for (auto w : known)  // torch's int16_t worker id: 40000 is -25536
       ids.push_back(static_cast<int32_t>(static_cast<uint16_t>(w)));
@@ -384,30 +429,59 @@ DebugInfo m_getDebugInfo(const void* engine) {
   info["torch_cleanup_failed"] = static_cast<int>(counts.cleanup_torch_failed.load());
   void* self = instance.load(std::memory_order_acquire);
   info["torch_native_contexts"] = self ? static_cast<int>(real.numAutogradContexts(self)) : 0;
-  info["torch_factory_made"] = static_cast<int>(counts.factory_made.load());
+  // Made and not yet destroyed: those torch still holds (a ContextPtr in
+  // its engine, a Python object), or a live context hosts.
+  info["torch_contexts_made"] = static_cast<int>(counts.made.load());
+  info["torch_contexts_alive"] = static_cast<int>(counts.made.load() - counts.destroyed.load());
   return info;
 }
 
 std::atomic<bool> started{false};
 
-// Checks at run time that libtorch behaves as the build this was made for:
-// its container makes a context through its factory path, the context
-// reports the id and known workers it was given, and the container is left
-// empty. A layout that differs shows here rather than as a crash later.
+// Whether a context behaves as torch 1.13's: it reports the id it was made
+// with, and known workers as they are added.
+bool behaves(ta::DistAutogradContext* c, int64_t id) {
+  if (c == nullptr || c->contextId() != id || !c->getKnownWorkerIds().empty())
+    return false;
+  c->addKnownWorkerId(7);
+  auto ids = c->getKnownWorkerIds();
+  return ids.size() == 1 && ids.count(7) == 1;
+}
+
+// Checks at run time that libtorch is the build this was made for, before
+// anything is served: a context its own factory makes (its get-or-create
+// and release on an id never issued) sits in a control block of the type
+// whose exported vtable Box destroys through, 16 bytes on, in an allocation
+// that Box's room holds; it behaves (above), and the container is left
+// empty; and a context built in a Box behaves too, and is destroyed. A
+// layout that differs shows here rather than as a crash later.
 bool probe(const char* simulate, char* why, size_t cap) {
   try {
     void* self = real.getInstanceInternal();
     const int64_t probe_id = -2;  // never issued: ids are >= 0
     size_t before = real.numAutogradContexts(self);
-    ContextPtr p = make_torch_context(probe_id);
-    counts.factory_made.store(0);
-    bool ok = p && p->contextId() == probe_id && p->getKnownWorkerIds().empty();
+    ContextPtr p = real.getOrCreateContext(self, probe_id);
+    real.releaseContextIfPresent(self, probe_id);
+    uintptr_t words[2];  // a shared_ptr: the object, then its control block
+    static_assert(sizeof p == sizeof words, "libstdc++'s shared_ptr is two pointers");
+    memcpy(words, static_cast<void*>(&p), sizeof words);
+    const auto* block = reinterpret_cast<void* const*>(words[1]);
+    Dl_info dispose{}, ours{};
+    bool ok = block != nullptr && block[0] == &torch_context_block_vtable[kVtableHeader] &&
+              words[0] == words[1] + kBlockHeader && malloc_usable_size(const_cast<void**>(block)) <= kBlockHeader + kContextRoom &&
+              dladdr(torch_context_block_vtable[kVtableHeader + kDisposeSlot], &dispose) != 0 &&
+              dladdr(reinterpret_cast<void*>(real.getOrCreateContext), &ours) != 0 &&
+              dispose.dli_fbase == ours.dli_fbase && behaves(p.get(), probe_id) &&
+              real.numAutogradContexts(self) == before;
+    p.reset();
     if (ok) {
-      p->addKnownWorkerId(7);
-      auto ids = p->getKnownWorkerIds();
-      ok = ids.size() == 1 && ids.count(7) == 1;
+      Box* b = make_torch_context(probe_id - 1);
+      ContextPtr q = b->self;
+      b->self.reset();
+      ok = behaves(q.get(), probe_id - 1) && q.use_count() == 1;
     }
-    ok = ok && real.numAutogradContexts(self) == before;
+    counts.made.store(0);
+    counts.destroyed.store(0);
     if (simulate != nullptr && strcmp(simulate, "layout") == 0)
       ok = false;
     if (!ok)

@@ -139,7 +139,8 @@ class TestTrainingJob(BackendTest):
             d = r["debug_info"]
             self.assertEqual(d["num_autograd_contexts"], 0, d)
             self.assertEqual(d["torch_native_contexts"], 0, d)
-            self.assertGreater(d["torch_factory_made"], 0, d)
+            self.assertGreater(d["torch_contexts_made"], 0, d)
+            self.assertEqual(d["torch_contexts_alive"], 0, d)  # every libtorch context destroyed
             for k in ("cleanup_failed", "cleanup_dropped", "cleanup_pending", "torch_cleanup_failed", "live_handles"):
                 self.assertEqual(d[k], 0, (k, d))
             self.assertGreater(d["cleanup_sent"], 0, d)
