@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The three lines of Go's runtime that scripts/go-runtime-overlay replaces
+// The four lines of Go's runtime that scripts/go-runtime-overlay replaces
 // in every build of the library, read off its machine code, and its STATUS.
 
 // overlayChange is one of them: its name in STATUS, its file in
@@ -25,7 +25,8 @@ var (
 	waitWithoutLock       = overlayChange{"wait-without-lock", "cgocall.go", "\t\t<-main_init_done"}
 	callbackIsASchedule   = overlayChange{"callback-is-a-schedule", "cgocall.go", "\texitsyscall() // coming out of cgo call"}
 	monitorBacksOffAtOnce = overlayChange{"monitor-backs-off-at-once", "proc.go", "\t\t} else if idle > 50 { // start doubling the sleep after 1ms..."}
-	overlayChanges        = []overlayChange{waitWithoutLock, callbackIsASchedule, monitorBacksOffAtOnce}
+	takeAPFromC           = overlayChange{"take-a-p-from-c", "proc.go", "\t// Try to get an idle P."}
+	overlayChanges        = []overlayChange{waitWithoutLock, callbackIsASchedule, monitorBacksOffAtOnce, takeAPFromC}
 )
 
 // A call from C into Go takes no lock that every thread shares: the
@@ -104,6 +105,29 @@ func TestMonitorBacksOffAtOnce(t *testing.T) {
 	}
 }
 
+// A C thread that calls into Go and finds no P of its own and none idle
+// takes one from a thread that is out in C, as Go's monitor would at its
+// next look (which, backed off, can be 10 ms away), rather than waiting
+// for that look. In runtime.exitsyscallTryGetP of each build: besides the
+// attempt on the thread's old P, a second one (setBlockOnExitSyscall) over
+// every P, which holds allpLock as the monitor's retake does.
+func TestCallsFromCTakeAPFromC(t *testing.T) {
+	t.Parallel()
+	goTool := requireOverlay(t, takeAPFromC)
+	for _, rel := range overlaidLibraries {
+		listing := objdump(t, goTool, rel, "runtime.exitsyscallTryGetP")
+		attempts, allp := 0, false
+		for _, ins := range listing {
+			if strings.HasPrefix(ins.text, "CALL runtime.setBlockOnExitSyscall(SB)") {
+				attempts++
+			}
+			allp = allp || strings.Contains(ins.text, "runtime.allpLock(SB)")
+		}
+		assert.Equal(t, 2, attempts, "%s: runtime.exitsyscallTryGetP tries to take a P from a thread in C %d times, not 2 (its old P, then any):\n%v", rel, attempts, listing)
+		assert.True(t, allp, "%s: runtime.exitsyscallTryGetP does not walk allp under allpLock:\n%v", rel, listing)
+	}
+}
+
 // The builds of the library that take the overlay (the sanitized one is
 // built from the same sources and overlay; its machine code differs).
 var overlaidLibraries = []string{"build/libdistautograd.so", "build/testing/libdistautograd.so"}
@@ -155,7 +179,7 @@ func objdump(t *testing.T, goTool, rel, fn string) []instruction {
 func TestOverlayScriptOnOtherGos(t *testing.T) {
 	t.Parallel()
 	script := filepath.Join(repoRoot(t), "scripts", "go-runtime-overlay")
-	wait, callback, monitor := waitWithoutLock.line, callbackIsASchedule.line, monitorBacksOffAtOnce.line
+	wait, callback, monitor, take := waitWithoutLock.line, callbackIsASchedule.line, monitorBacksOffAtOnce.line, takeAPFromC.line
 	for _, tc := range []struct {
 		name    string
 		files   map[string]string // runtime file: its text ("" : missing)
@@ -164,14 +188,18 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 	}{
 		{"as Go 1.26", map[string]string{
 			"cgocall.go": "package runtime\n" + wait + "\n" + callback + "\n",
-			"proc.go":    "package runtime\n" + monitor + "\n"},
-			[]string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once"},
+			"proc.go":    "package runtime\n" + monitor + "\n" + take + "\n"},
+			[]string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "take-a-p-from-c"},
 			[]string{"cgocall.go", "proc.go"}},
 		{"a line twice", map[string]string{
 			"cgocall.go": "package runtime\n" + wait + "\n" + wait + "\n" + callback + "\n",
 			"proc.go":    "package runtime\n"},
 			[]string{"callback-is-a-schedule"},
 			[]string{"cgocall.go"}},
+		{"one of a file's two lines", map[string]string{
+			"proc.go": "package runtime\n" + monitor + "\n" + take + "\n" + take + "\n"},
+			[]string{"monitor-backs-off-at-once"},
+			[]string{"proc.go"}},
 		{"no runtime files", map[string]string{}, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

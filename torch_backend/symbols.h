@@ -38,9 +38,10 @@
 
 /* Entries 0..DAT_PRIVATE_FIRST-1 are the public members, which the backend
 ** serves; getDebugInfo (23) too. The private members (18..22) only ever run
-** from libtorch's own member functions, which the backend calls for its
-** context factory: they stay libtorch's, but sendReleaseContextRpc, whose
-** only caller then is that factory (a fresh context, no known workers). */
+** from libtorch's own member functions, which the backend calls once, in
+** its run-time check (impl.cpp: probe, which has libtorch's container make
+** and release a context): they stay libtorch's, but sendReleaseContextRpc,
+** whose only caller then is that check (a fresh context, no known workers). */
 #define DAT_IDX_SEND_RELEASE 21
 #define DAT_IDX_DEBUG_INFO 23
 
