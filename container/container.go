@@ -27,10 +27,10 @@ import (
 // record), never the other way round.
 type Container struct {
 	// What every operation reads, and what is written rarely, first; then,
-	// between two lines of padding, the two counters every creation writes
-	// (the next id, live) and every release (live), so that threads
-	// creating and releasing at once trade those lines only, never the
-	// ones they all read.
+	// between two lines of padding, the counters every creation writes
+	// (the next id; live, while a cap is set) and every release (live,
+	// while a cap is set), so that threads creating and releasing at once
+	// trade those lines only, never the ones they all read.
 	worker     int16 // as the native component stores it: see Init's quirk
 	workerID   int64 // as given to New, in [0, 65535]
 	shards     []indexShard
@@ -49,7 +49,7 @@ type Container struct {
 
 	_      [cacheLine]byte
 	ctxIDs counter
-	live   atomic.Int64 // contexts stored now
+	live   liveCount
 	_      [cacheLine]byte
 }
 
@@ -157,17 +157,47 @@ func (c *Container) WorkerID() int64 { return c.workerID }
 // MaxID returns max_id of this worker (negative for worker ids >= 32768).
 func (c *Container) MaxID() int64 { return c.ctxIDs.max }
 
-// NumContexts returns how many contexts the container holds.
-func (c *Container) NumContexts() int64 { return c.live.Load() }
+// NumContexts returns how many contexts the container holds: the sum of
+// its shards' counts, each read under its shard's lock, as the native
+// component sums its shards (a count, not a snapshot of every shard at
+// once, while other threads create and release).
+func (c *Container) NumContexts() int64 {
+	var n int64
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += int64(s.count)
+		s.mu.Unlock()
+	}
+	return n
+}
 
 // SetMaxContexts caps the number of live contexts (0 lifts the cap); past it,
 // NewContext and GetOrCreateContext fail with ErrLimit instead of letting a
-// flood of remote messages exhaust memory.
+// flood of remote messages exhaust memory. The cap holds for every creation
+// that starts after it returns; one under way meanwhile is counted, never
+// refused.
 func (c *Container) SetMaxContexts(n int64) error {
 	if n < 0 {
 		return Errorf(ErrInvalidArgument, "max_contexts must be >= 0, got %d", n)
 	}
+	// Under every shard lock: whether a cap is set is the same for the
+	// whole of any other holder's critical section, and the count starts
+	// from the contexts stored now.
+	for i := range c.shards {
+		c.shards[i].mu.Lock()
+	}
+	if c.maxLive.Load() == 0 && n > 0 {
+		var stored uint64
+		for i := range c.shards {
+			stored += uint64(c.shards[i].count)
+		}
+		c.live.recount(stored)
+	}
 	c.maxLive.Store(n)
+	for i := range c.shards {
+		c.shards[i].mu.Unlock()
+	}
 	return nil
 }
 
@@ -196,15 +226,43 @@ func (c *Container) SetFanout(n Fanout) {
 	c.fanout.Store(&fanoutBox{n})
 }
 
-// reserve counts one more live context, or fails past the cap.
-func (c *Container) reserve() error {
-	n := c.live.Add(1)
-	if limit := c.maxLive.Load(); limit > 0 && n > limit {
-		c.live.Add(-1)
-		c.refused.Add(1)
-		return Errorf(ErrLimit, "the container holds %d contexts, its limit (max_contexts); release some or raise the limit", limit)
+// reserve counts a context about to be created, or fails past the cap,
+// before the creation takes an id: a refusal changes nothing. Without a cap
+// nothing is counted (the reservation is empty).
+func (c *Container) reserve() (reservation, error) {
+	limit := c.maxLive.Load()
+	if limit == 0 {
+		return reservation{}, nil
 	}
-	return nil
+	r, ok := c.live.add(limit)
+	if !ok {
+		c.refused.Add(1)
+		return reservation{}, Errorf(ErrLimit, "the container holds %d contexts, its limit (max_contexts); release some or raise the limit", limit)
+	}
+	return r, nil
+}
+
+// confirm makes a creation's reservation agree with the cap as it is now,
+// under the lock of the shard it creates in (s.mu held, so no cap is set
+// or lifted meanwhile): counted if a cap is set (a cap set, or counted
+// again, since reserve counts it now, without refusing it), empty if none
+// is.
+func (c *Container) confirm(r reservation) reservation {
+	if c.maxLive.Load() == 0 {
+		return reservation{}
+	}
+	if !r.counted || !c.live.holds(r) {
+		return c.live.force()
+	}
+	return r
+}
+
+// unstore takes n released contexts out of the count, if a cap is set; the
+// lock of the shard they were stored in is held.
+func (c *Container) unstore(n int) {
+	if n > 0 && c.maxLive.Load() > 0 {
+		c.live.sub(uint64(n))
+	}
 }
 
 // NewContext creates a context with the next context id and makes it t's
@@ -227,27 +285,28 @@ func (c *Container) newContext(t *Thread, ref bool) (*Context, uint64, error) {
 	if t.current != InvalidID {
 		return nil, 0, errAlreadyHasCtx
 	}
-	if err := c.reserve(); err != nil {
+	res, err := c.reserve()
+	if err != nil {
 		return nil, 0, err
 	}
 	id, err := c.ctxIDs.take()
 	if err != nil {
-		c.live.Add(-1)
+		c.live.cancel(res)
 		return nil, 0, err
 	}
 	s := c.shard(id)
 	s.mu.Lock()
+	res = c.confirm(res)
 	// A get-or-create naming an id of this worker not issued yet may have
 	// stored it first: keep that context, as the native emplace does (and
 	// count it once).
 	ctx, h, created, err := c.getOrCreateLocked(s, id, ref)
+	if err != nil || !created {
+		c.live.cancel(res)
+	}
 	s.mu.Unlock()
 	if err != nil {
-		c.live.Add(-1)
 		return nil, 0, err
-	}
-	if !created {
-		c.live.Add(-1)
 	}
 	t.current = id
 	return ctx, h, nil
@@ -276,12 +335,13 @@ func (c *Container) getOrCreate(id int64, ref bool) (*Context, uint64, error) {
 	if found || err != nil {
 		return ctx, h, err
 	}
-	if err := c.reserve(); err != nil { // an existing context is never refused
+	res, err := c.reserve() // an existing context is never refused
+	if err != nil {
 		return nil, 0, err
 	}
 	ctx, h, err = c.create(s, id, ref)
 	if err != nil {
-		c.live.Add(-1)
+		c.live.cancel(res)
 	}
 	return ctx, h, err
 }
@@ -416,6 +476,7 @@ func (c *Container) ReleaseContextWithWorkersDeferred(t *Thread, id int64, worke
 		ctx = c.recs.ctxSlot(idx).Load()
 		var died bool
 		d, died = c.unlist(s, r, idx)
+		c.unstore(1)
 		if ctx == nil && !died && len(workers) > 0 {
 			// Handles still refer to it: the workers go into its known
 			// workers, where they read them.
@@ -426,7 +487,6 @@ func (c *Container) ReleaseContextWithWorkersDeferred(t *Thread, id int64, worke
 	if r == nil {
 		return false, PendingDrop{}
 	}
-	c.live.Add(-1)
 	if t != nil && t.current == id {
 		t.current = InvalidID
 	}
@@ -482,8 +542,8 @@ func (c *Container) releaseWhere(match func(*Record) bool) int {
 				dead = append(dead, d)
 			}
 		})
+		c.unstore(len(batch))
 		s.mu.Unlock()
-		c.live.Add(-int64(len(batch)))
 		for _, b := range batch {
 			c.notify(b.id, b.ctx, nil)
 		}

@@ -46,3 +46,7 @@ func (m *mappings) Unmapped() bool {
 	defer m.mu.Unlock()
 	return m.regions == nil
 }
+
+// CountedLive is the count a cap is enforced against (meaningful while a
+// cap is set): NumContexts, unless the accounting drifted.
+func CountedLive(c *Container) int64 { return int64(c.live.w.Load() & liveCountMask) }

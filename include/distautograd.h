@@ -162,7 +162,9 @@ int dac_debug_info(char *buf, size_t capacity, size_t *length);
 
 /* Caps the number of live contexts (0, the default: no cap). Past the cap,
 ** dac_context_new and dac_context_get_or_create fail with DAC_ERR_LIMIT, so a
-** flood of messages naming unknown passes cannot exhaust memory. */
+** flood of messages naming unknown passes cannot exhaust memory. The cap
+** holds exactly for every creation that starts after this returns; one
+** under way while it runs is counted, never refused. */
 int dac_set_max_contexts(int64_t max_contexts);
 
 /* ---- Contexts ----------------------------------------------------------- */
