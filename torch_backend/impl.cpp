@@ -465,29 +465,37 @@ bool probe(const char* simulate, char* why, size_t cap) {
     uintptr_t words[2];  // a shared_ptr: the object, then its control block
     static_assert(sizeof p == sizeof words, "libstdc++'s shared_ptr is two pointers");
     memcpy(words, static_cast<void*>(&p), sizeof words);
-    const auto* block = reinterpret_cast<void* const*>(words[1]);
-    Dl_info dispose{}, ours{};
-    bool ok = block != nullptr && block[0] == &torch_context_block_vtable[kVtableHeader] &&
-              words[0] == words[1] + kBlockHeader && malloc_usable_size(const_cast<void**>(block)) <= kBlockHeader + kContextRoom &&
-              dladdr(torch_context_block_vtable[kVtableHeader + kDisposeSlot], &dispose) != 0 &&
-              dladdr(reinterpret_cast<void*>(real.getOrCreateContext), &ours) != 0 &&
-              dispose.dli_fbase == ours.dli_fbase && behaves(p.get(), probe_id) &&
-              real.numAutogradContexts(self) == before;
+    auto* block = reinterpret_cast<void**>(words[1]);
+    Dl_info dispose{}, torch{};
+    const char* failed = nullptr;  // the first check that fails
+    if (block == nullptr || block[0] != &torch_context_block_vtable[kVtableHeader])
+      failed = "its contexts' shared_ptr control block is not of the type whose vtable it exports";
+    else if (words[0] != words[1] + kBlockHeader)
+      failed = "a context does not sit 16 bytes into its control block";
+    else if (malloc_usable_size(block) > kBlockHeader + kContextRoom)
+      failed = "a context's allocation is larger than the room the backend has for one";
+    else if (dladdr(torch_context_block_vtable[kVtableHeader + kDisposeSlot], &dispose) == 0 ||
+             dladdr(reinterpret_cast<void*>(real.getOrCreateContext), &torch) == 0 ||
+             dispose.dli_fbase != torch.dli_fbase)
+      failed = "the control block's disposer is not libtorch's";
+    else if (!behaves(p.get(), probe_id) || real.numAutogradContexts(self) != before)
+      failed = "a context its container makes does not behave as expected";
     p.reset();
-    if (ok) {
+    if (failed == nullptr) {
       Box* b = make_torch_context(probe_id - 1);
       ContextPtr q = b->self;
       b->self.reset();
-      ok = behaves(q.get(), probe_id - 1) && q.use_count() == 1;
+      if (!behaves(q.get(), probe_id - 1) || q.use_count() != 1)
+        failed = "a context built in place does not behave as expected";
     }
     counts.made.store(0);
     counts.destroyed.store(0);
-    if (simulate != nullptr && strcmp(simulate, "layout") == 0)
-      ok = false;
-    if (!ok)
+    if (failed == nullptr && simulate != nullptr && strcmp(simulate, "layout") == 0)
+      failed = "simulated";
+    if (failed != nullptr)
       snprintf(why, cap, "libtorch's DistAutogradContext does not behave as in the torch 1.13 build this backend "
-                         "was made for (run-time layout check)");
-    return ok;
+                         "was made for (run-time layout check: %s)", failed);
+    return failed == nullptr;
   } catch (const std::exception& e) {
     snprintf(why, cap, "the run-time check of libtorch failed: %s", e.what());
     return false;
