@@ -349,14 +349,14 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 	}
 	r := c.recs.at(idx)
 	gen := stateGen(r.State.Load()) // dead: the generation its next life takes
-	r.ID.Store(id)
+	storeI64(&r.ID, id)
 	// The rest is zero already (die took the host's value, and most
 	// contexts have no known workers): each Go atomic store is a locked
 	// exchange, so only what is not gets written.
 	if r.NWorkers.Load() != 0 {
 		r.NWorkers.Store(0)
 	}
-	touchRecord(r)
+	storeI64(&r.LastUsed, coarseNow())                     // dead until the state's store below: no other writer
 	if r.HostValue.Load() != 0 || r.HostDrop.Load() != 0 { // set through a dead handle after the death
 		r.HostValue.Store(0)
 		r.HostDrop.Store(0)
@@ -376,8 +376,8 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 		ctx = c.contextOf(r, idx)
 	}
 	head := s.buckets.head(bucketOf(id, c.shardBits, s.buckets.Mask))
-	r.Next.Store(head.Load())
-	head.Store(idx + 1)
+	storeU32(&r.Next, head.Load())
+	storeU32(head, idx+1) // published, with ID and Next, by the state's store below
 	s.count++
 	st := uint64(gen)<<32 | stateListed
 	if ref {
@@ -425,7 +425,7 @@ func (c *Container) unlink(s *indexShard, r *Record, idx uint32) {
 			// A reader on r may follow r.Next after r is recycled (into
 			// the free list, or another chain): its miss must not count.
 			s.buckets.Changes.Add(1)
-			link.Store(r.Next.Load())
+			storeU32(link, r.Next.Load()) // between the change count's two increments
 			s.buckets.Changes.Add(1)
 			s.count--
 			return
@@ -523,7 +523,7 @@ func (c *Container) die(s *indexShard, r *Record, idx uint32) PendingDrop {
 }
 
 func (c *Container) freeRecord(s *indexShard, r *Record, idx uint32) {
-	r.Next.Store(s.free)
+	storeU32(&r.Next, s.free) // a reader still on r follows it only to miss, unsettled (unlink)
 	s.free = idx + 1
 }
 
