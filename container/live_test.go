@@ -26,9 +26,17 @@ func TestCapSetWhileCreating(t *testing.T) {
 	require.NoError(t, err)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	var refused, attempts atomic.Int64
+	var refused, attempts, exited atomic.Int64
+	// progress waits for n more creation attempts (not a time), or for
+	// every goroutine to have stopped (one failed): never forever.
+	progress := func(n int64) {
+		for start := attempts.Load(); attempts.Load() < start+n && exited.Load() < goroutines; {
+			runtime.Gosched()
+		}
+	}
 	for g := range goroutines {
 		wg.Go(func() {
+			defer exited.Add(1)
 			th := container.NewThread()
 			rng := rand.New(rand.NewPCG(uint64(g), 7))
 			var held []int64
@@ -75,19 +83,14 @@ func TestCapSetWhileCreating(t *testing.T) {
 		if i%10 == 0 {
 			c.ReleaseContextsOfWorker(9) // the get-or-created ones, in one batch per shard
 		}
-		// Each cap in force for some creations: waits for them, not a time.
-		for start := attempts.Load(); attempts.Load() < start+50; {
-			runtime.Gosched()
-		}
+		progress(50) // each cap in force for some creations
 	}
 	// Then one cap for a while: what every release takes out of the count
 	// since its last recount shows at the end.
 	require.NoError(t, c.SetMaxContexts(0))
 	require.NoError(t, c.SetMaxContexts(1000))
 	for range 20 {
-		for start := attempts.Load(); attempts.Load() < start+200; {
-			runtime.Gosched()
-		}
+		progress(200)
 		c.ReleaseContextsOfWorker(9)
 	}
 	stop.Store(true)
