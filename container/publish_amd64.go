@@ -14,7 +14,7 @@ import (
 // amd64 a plain store of an aligned word is enough for that: the
 // processor makes stores visible in program order, and Go's compiler keeps
 // a store before the atomic operations that follow it. sync/atomic's Store
-// is an XCHG, a locked instruction, every time: six of them per context
+// is an XCHG, a locked instruction, every time: up to six of them per context
 // created and released. Other architectures keep sync/atomic (publish.go).
 //
 // Only for a location written by one thread at a time, and never twice in
