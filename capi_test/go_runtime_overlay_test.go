@@ -39,12 +39,7 @@ func TestCallsFromCTakeNoSharedLock(t *testing.T) {
 	t.Parallel()
 	goTool := requireOverlay(t, waitWithoutLock)
 	for _, rel := range overlaidLibraries {
-		var calls []string
-		for _, ins := range objdump(t, goTool, rel, "runtime.cgocallbackg1") {
-			if c, ok := strings.CutPrefix(ins.text, "CALL "); ok {
-				calls = append(calls, strings.TrimSuffix(strings.Fields(c)[0], "(SB)"))
-			}
-		}
+		calls := callees(objdump(t, goTool, rel, "runtime.cgocallbackg1"))
 		require.NotEmpty(t, calls, "%s: no runtime.cgocallbackg1 found", rel)
 		nonBlocking := false
 		for _, c := range calls {
@@ -116,13 +111,13 @@ func TestCallsFromCTakeAPFromC(t *testing.T) {
 	goTool := requireOverlay(t, takeAPFromC)
 	for _, rel := range overlaidLibraries {
 		listing := objdump(t, goTool, rel, "runtime.exitsyscallTryGetP")
-		attempts, allp := 0, false
-		for _, ins := range listing {
-			if strings.HasPrefix(ins.text, "CALL runtime.setBlockOnExitSyscall(SB)") {
+		attempts := 0
+		for _, c := range callees(listing) {
+			if c == "runtime.setBlockOnExitSyscall" {
 				attempts++
 			}
-			allp = allp || strings.Contains(ins.text, "runtime.allpLock(SB)")
 		}
+		allp := slices.ContainsFunc(listing, func(ins instruction) bool { return strings.Contains(ins.text, "runtime.allpLock(SB)") })
 		assert.Equal(t, 2, attempts, "%s: runtime.exitsyscallTryGetP tries to take a P from a thread in C %d times, not 2 (its old P, then any):\n%v", rel, attempts, listing)
 		assert.True(t, allp, "%s: runtime.exitsyscallTryGetP does not walk allp under allpLock:\n%v", rel, listing)
 	}
@@ -170,6 +165,17 @@ func objdump(t *testing.T, goTool, rel, fn string) []instruction {
 		}
 	}
 	return listing
+}
+
+// callees returns the functions a listing calls, in order.
+func callees(listing []instruction) []string {
+	var calls []string
+	for _, ins := range listing {
+		if c, ok := strings.CutPrefix(ins.text, "CALL "); ok {
+			calls = append(calls, strings.TrimSuffix(strings.Fields(c)[0], "(SB)"))
+		}
+	}
+	return calls
 }
 
 // scripts/go-runtime-overlay against other Gos (a stand-in go command and

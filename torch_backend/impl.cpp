@@ -136,6 +136,10 @@ constexpr size_t kVtableHeader = 2;  // offset-to-top and typeinfo, before the s
 constexpr size_t kDisposeSlot = 2;   // after the destructor's two entries
 constexpr size_t kBlockHeader = 16;  // _Sp_counted_base: the vptr and the two counts
 
+// libtorch's disposer of a DistAutogradContext: takes its control block,
+// the object 16 bytes on.
+void* torch_disposer() { return torch_context_block_vtable[kVtableHeader + kDisposeSlot]; }
+
 // Room for one DistAutogradContext: probe() checks that libtorch's own
 // allocation for one (its control block, kBlockHeader more) fits.
 constexpr size_t kContextRoom = 368;
@@ -149,16 +153,18 @@ struct Box {
 
   explicit Box(int64_t id) { new (room) ta::DistAutogradContext(id); }
   ~Box() {
-    // libtorch's disposer takes its control block, the object 16 bytes on.
     using Dispose = void (*)(uintptr_t);
-    auto dispose = reinterpret_cast<Dispose>(torch_context_block_vtable[kVtableHeader + kDisposeSlot]);
-    dispose(reinterpret_cast<uintptr_t>(room) - kBlockHeader);
+    reinterpret_cast<Dispose>(torch_disposer())(reinterpret_cast<uintptr_t>(room) - kBlockHeader);
     counts.destroyed.fetch_add(1, std::memory_order_relaxed);
   }
   ta::DistAutogradContext* object() { return reinterpret_cast<ta::DistAutogradContext*>(room); }
 };
 
-void drop_host(uint64_t value) { reinterpret_cast<Box*>(static_cast<uintptr_t>(value))->self.reset(); }
+// A Box as a host value, and back.
+uint64_t host_value_of(Box* b) { return reinterpret_cast<uintptr_t>(b); }
+Box* box_of(uint64_t value) { return reinterpret_cast<Box*>(static_cast<uintptr_t>(value)); }
+
+void drop_host(uint64_t value) { box_of(value)->self.reset(); }
 
 // A new libtorch context of id, in a box that holds its own reference.
 Box* make_torch_context(int64_t id) {
@@ -184,11 +190,11 @@ struct Handle {
 ContextPtr attach(dac_context* h, int64_t id) {
   Box* cand = make_torch_context(id);
   uint64_t cur = 0;
-  int rc = dac_context_set_host_value(h, reinterpret_cast<uintptr_t>(cand), drop_host, &cur);
-  if (rc != DAC_OK || cur != reinterpret_cast<uintptr_t>(cand))
+  int rc = dac_context_set_host_value(h, host_value_of(cand), drop_host, &cur);
+  if (rc != DAC_OK || cur != host_value_of(cand))
     cand->self.reset();
   check(rc);
-  return reinterpret_cast<Box*>(static_cast<uintptr_t>(cur))->self;
+  return box_of(cur)->self;
 }
 
 // The libtorch context of a distautograd context (through a live handle):
@@ -197,7 +203,7 @@ ContextPtr hosted(dac_context* h) {
   uint64_t v = 0;
   check(dac_context_host_value(h, &v));
   if (__builtin_expect(v != 0, 1))
-    return reinterpret_cast<Box*>(static_cast<uintptr_t>(v))->self;
+    return box_of(v)->self;
   int64_t id = 0;
   check(dac_context_id(h, &id));
   return attach(h, id);
@@ -323,7 +329,7 @@ bool release_with_torch_workers(int64_t id) {
   uint64_t v = 0;
   check(dac_context_host_value(h.h, &v));
   if (v != 0) {
-    auto known = reinterpret_cast<Box*>(static_cast<uintptr_t>(v))->object()->getKnownWorkerIds();
+    auto known = box_of(v)->object()->getKnownWorkerIds();
     ids.reserve(known.size());
     for (auto w : known)  // torch's int16_t worker id: 40000 is -25536
       ids.push_back(static_cast<int32_t>(static_cast<uint16_t>(w)));
@@ -474,7 +480,7 @@ bool probe(const char* simulate, char* why, size_t cap) {
       failed = "a context does not sit 16 bytes into its control block";
     else if (malloc_usable_size(block) > kBlockHeader + kContextRoom)
       failed = "a context's allocation is larger than the room the backend has for one";
-    else if (dladdr(torch_context_block_vtable[kVtableHeader + kDisposeSlot], &dispose) == 0 ||
+    else if (dladdr(torch_disposer(), &dispose) == 0 ||
              dladdr(reinterpret_cast<void*>(real.getOrCreateContext), &torch) == 0 ||
              dispose.dli_fbase != torch.dli_fbase)
       failed = "the control block's disposer is not libtorch's";
