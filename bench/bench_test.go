@@ -348,3 +348,23 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+// A harness's own output prints as one row per operation, a column per
+// thread count in increasing order, and "-" where a count lacks the row.
+func TestPrintByThreads(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	rows := []Row{
+		{Op: "retrieve", Threads: 2, DistautogradNs: f(25.7), NativeNs: f(39.7)},
+		{Op: "retrieve", Threads: 1, DistautogradNs: f(28.2), NativeNs: f(37.2)},
+		{Op: "new_release", Threads: 1, DistautogradNs: f(479), NativeNs: f(419)},
+	}
+	var out strings.Builder
+	PrintByThreads(&out, rows)
+	want := "| row, ns: distautograd / native = ratio, at threads | 1 | 2 |\n" +
+		"|---|---:|---:|\n" +
+		"| `retrieve` | 28.2 / 37.2 = 0.76 | 25.7 / 39.7 = 0.65 |\n" +
+		"| `new_release` | 479 / 419 = 1.14 | - |\n"
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+}

@@ -122,7 +122,20 @@ func main() {
 	skip := flag.String("skip", "", "comma-separated levels to skip: c, python")
 	readme := flag.String("readme", "", "rewrite this file's section between "+beginMarker+" and "+endMarker+" from the run's bench.json")
 	from := flag.String("from", "", "measure nothing: print (and with -readme, render) this bench.json")
+	byThreads := flag.String("by-threads", "", "measure nothing: print this file of the harness's own output (docs/perf-data/) as a table with a column per thread count")
 	flag.Parse()
+	if *byThreads != "" {
+		var rows []Row
+		b, err := os.ReadFile(*byThreads)
+		if err == nil {
+			err = json.Unmarshal(b, &rows)
+		}
+		if err != nil {
+			fatal(fmt.Errorf("-by-threads %s: %v", *byThreads, err))
+		}
+		PrintByThreads(os.Stdout, rows)
+		return
+	}
 	if *from != "" {
 		rep, err := LoadReport(*from)
 		if err != nil {

@@ -320,3 +320,55 @@ func RewriteSection(path string, rep Report) error {
 	out.Write(b[end:])
 	return os.WriteFile(path, out.Bytes(), 0o644)
 }
+
+// PrintByThreads writes a harness's own output (its JSON rows, as kept in
+// docs/perf-data/ from machines make bench did not run on) as one Markdown
+// table: an operation per row, a thread count per column, each cell
+// "distautograd ns / native ns = ratio".
+func PrintByThreads(w io.Writer, rows []Row) {
+	var ops []string
+	var threads []int
+	cell := map[string]map[int]Row{}
+	for _, r := range rows {
+		if cell[r.Op] == nil {
+			cell[r.Op] = map[int]Row{}
+			ops = append(ops, r.Op)
+		}
+		cell[r.Op][r.Threads] = r
+		if !slices.Contains(threads, r.Threads) {
+			threads = append(threads, r.Threads)
+		}
+	}
+	slices.Sort(threads)
+	fmt.Fprint(w, "| row, ns: distautograd / native = ratio, at threads |")
+	for _, t := range threads {
+		fmt.Fprintf(w, " %d |", t)
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range threads {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	for _, op := range ops {
+		fmt.Fprintf(w, "| `%s` |", op)
+		for _, t := range threads {
+			r, ok := cell[op][t]
+			if !ok || r.DistautogradNs == nil || r.NativeNs == nil || *r.NativeNs <= 0 {
+				fmt.Fprint(w, " - |")
+				continue
+			}
+			q := *r.DistautogradNs / *r.NativeNs
+			fmt.Fprintf(w, " %s / %s = %s |", short(*r.DistautogradNs), short(*r.NativeNs), ratio(&q))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// short prints a time in ns with three significant digits at most, one
+// decimal below 100 (3.6, 28.4, 479, 7027).
+func short(ns float64) string {
+	if ns >= 100 {
+		return strconv.FormatFloat(math.Round(ns), 'f', 0, 64)
+	}
+	return strconv.FormatFloat(ns, 'f', 1, 64)
+}
