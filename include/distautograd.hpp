@@ -48,6 +48,7 @@
 #ifndef DISTAUTOGRAD_HPP
 #define DISTAUTOGRAD_HPP
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -110,7 +111,7 @@ inline void check(int status) {
 inline int32_t toC(worker_id_t w) noexcept { return static_cast<int32_t>(static_cast<uint16_t>(w)); }
 inline worker_id_t fromC(int32_t w) noexcept { return static_cast<worker_id_t>(static_cast<uint16_t>(w)); }
 
-inline ContextPtr wrap(dac_context* handle);
+inline ContextPtr wrap(dac_context* handle, int64_t id = DAC_INVALID_ID);
 
 // Lists (message id, function) pairs with the two-call protocol of
 // dac_context_send_functions; retries while the list grows under us.
@@ -144,10 +145,15 @@ class DistAutogradContext {
   DistAutogradContext(DistAutogradContext&&) = delete;
   DistAutogradContext& operator=(DistAutogradContext&&) = delete;
 
-  // Returns the context id.
+  // Returns the context id. It is read through the handle once, where the
+  // call that made this object did not know it already, and then kept: this
+  // object holds a reference, so its handle's id cannot change.
   int64_t contextId() const {
-    int64_t id = 0;
-    detail::check(dac_context_id(handle_, &id));
+    int64_t id = id_.load(std::memory_order_relaxed);
+    if (id == DAC_INVALID_ID) {
+      detail::check(dac_context_id(handle_, &id));
+      id_.store(id, std::memory_order_relaxed);
+    }
     return id;
   }
 
@@ -215,12 +221,13 @@ class DistAutogradContext {
 
  private:
   friend struct detail::ContextObject;
-  explicit DistAutogradContext(dac_context* handle) noexcept : handle_(handle) {}
+  DistAutogradContext(dac_context* handle, int64_t id) noexcept : handle_(handle), id_(id) {}
   // Drops the handle's reference (a failure is ignored: a destructor must
   // not throw, and the handle is then dead already).
   ~DistAutogradContext() { (void)dac_context_unref(handle_); }
 
   dac_context* const handle_;
+  mutable std::atomic<int64_t> id_;  // DAC_INVALID_ID until known (never an id)
 };
 
 namespace detail {
@@ -230,7 +237,7 @@ namespace detail {
 // the calling thread's (BlockAllocator): a lookup's cost was mostly
 // malloc's and free's.
 struct ContextObject final : DistAutogradContext {
-  explicit ContextObject(dac_context* handle) noexcept : DistAutogradContext(handle) {}
+  ContextObject(dac_context* handle, int64_t id) noexcept : DistAutogradContext(handle, id) {}
 };
 
 // The blocks of one type a thread keeps for reuse. Trivially destructible,
@@ -301,13 +308,13 @@ struct BlockAllocator {
   }
 };
 
-// Takes ownership of a new reference: nullptr stays nullptr.
-inline ContextPtr wrap(dac_context* handle) {
-  if (handle == nullptr) {
-    return nullptr;
-  }
+// Takes ownership of the new reference that a successful call returned
+// (never nullptr). id: the handle's context id where the caller knows it,
+// else DAC_INVALID_ID. (Having no nullptr branch also keeps GCC from warning
+// about contextId()'s atomic load through a null pointer in callers.)
+inline ContextPtr wrap(dac_context* handle, int64_t id) {
   try {
-    return std::allocate_shared<ContextObject>(BlockAllocator<ContextObject>(), handle);
+    return std::allocate_shared<ContextObject>(BlockAllocator<ContextObject>(), handle, id);
   } catch (...) {
     (void)dac_context_unref(handle);
     throw;
@@ -441,8 +448,9 @@ class DistAutogradContainer {
   // thread's current context; throws if the thread already has one.
   const ContextPtr newContext() {
     dac_context* h = nullptr;
-    detail::check(dac_context_new(&h));
-    return detail::wrap(h);
+    int64_t id = DAC_INVALID_ID;
+    detail::check(dac_context_new_id(&h, &id));
+    return detail::wrap(h, id);
   }
 
   // Removes the context (throws "Could not find autograd context with id: N"
@@ -475,14 +483,14 @@ class DistAutogradContainer {
   ContextPtr retrieveContext(int64_t context_id) {
     dac_context* h = nullptr;
     detail::check(dac_context_retrieve(context_id, &h));
-    return detail::wrap(h);
+    return detail::wrap(h, context_id);
   }
 
   // Returns the context, or nullptr if there is none. (Not in the native API.)
   ContextPtr retrieveContextIfPresent(int64_t context_id) {
     dac_context* h = nullptr;
     detail::check(dac_context_retrieve_if_present(context_id, &h));
-    return detail::wrap(h);
+    return h == nullptr ? nullptr : detail::wrap(h, context_id);
   }
 
   // Returns the calling thread's current context; throws if the thread has
@@ -513,7 +521,7 @@ class DistAutogradContainer {
   ContextPtr getOrCreateContext(int64_t context_id) {
     dac_context* h = nullptr;
     detail::check(dac_context_get_or_create(context_id, &h));
-    return detail::wrap(h);
+    return detail::wrap(h, context_id);
   }
 
   // Returns the largest id this worker's counters can reach:

@@ -240,6 +240,10 @@ void dacContextID(ThreadState& t, long n) {
   }
 }
 
+void dacCxxContextID(ThreadState& t, long n) {
+  for (long i = 0; i < n; ++i) t.sink += uint64_t(t.cxx->contextId());
+}
+
 // ---- one template for both C++ APIs ----
 
 template <typename C>
@@ -409,6 +413,8 @@ const Op kOps[] = {
     {"cxx_get_or_create", "get-or-create, existing (C++ API)", kCXX,
      "distautograd.hpp: getOrCreateContext, ContextPtr dropped", "getOrCreateContext, ContextPtr dropped", true,
      false, D::getOrCreate, NAT(N::getOrCreate)},
+    {"cxx_context_id", "context id of a context (C++ API)", kCXX, "distautograd.hpp: contextId", "contextId", true,
+     false, dacCxxContextID, NAT(natContextID)},
     {"shared_cxx_retrieve", "retrieve, every thread on one context (C++ API)", kCXX,
      "distautograd.hpp: retrieveContext, ContextPtr dropped", "retrieveContext, ContextPtr dropped", true, false,
      D::retrieve, NAT(N::retrieve)},

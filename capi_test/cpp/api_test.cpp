@@ -628,6 +628,48 @@ void testBlocks(DistAutogradContainer& c) {
   c.releaseContext(id);
 }
 
+// contextId() is kept in the object once known: every way to a ContextPtr
+// gives its handle's id, a ContextPtr whose maker did not know the id
+// (currentContext) reads it once, threads that read it at once all get it,
+// and it stays after the release.
+void testContextIdKept(DistAutogradContainer& c) {
+  auto viaHandle = [](const ContextPtr& p) {
+    int64_t id = -1;
+    CHECK_EQ(dac_context_id(p->handle(), &id), DAC_OK);
+    return id;
+  };
+  ContextPtr made = c.newContext();
+  const int64_t id = viaHandle(made);
+  const int64_t other = (int64_t{5} << 48) | 77;  // another worker's id
+  std::vector<ContextPtr> all = {made, c.retrieveContext(id), c.retrieveContextIfPresent(id),
+                                 c.getOrCreateContext(id), c.getOrCreateContext(other),
+                                 c.getOrCreateContext(other), c.currentContext()};
+  for (size_t i = 0; i < all.size(); ++i) {
+    CHECK_EQ(all[i]->contextId(), viaHandle(all[i]));
+    CHECK_EQ(all[i]->contextId(), i < 4 || i == 6 ? id : other);
+  }
+  for (int round = 0; round < 50; ++round) {
+    ContextPtr cur = c.currentContext();  // not yet read: the threads race to
+    std::atomic<int> ready{0};
+    std::vector<int64_t> seen(8, -1);
+    std::vector<std::thread> ts;
+    for (size_t t = 0; t < seen.size(); ++t) {
+      ts.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() < static_cast<int>(seen.size())) {
+        }
+        seen[t] = cur->contextId();
+      });
+    }
+    for (auto& t : ts) t.join();
+    for (int64_t v : seen) CHECK_EQ(v, id);
+  }
+  c.releaseContext(id);
+  c.releaseContext(other);
+  for (const ContextPtr& p : all) CHECK_EQ(p->contextId(), viaHandle(p));  // released, still held
+  CHECK_EQ(all[6]->contextId(), id);
+}
+
 int scenarioMain() {
   DistAutogradContainer& c = DistAutogradContainer::init(3);
   testCurrentContext(c);
@@ -635,6 +677,7 @@ int scenarioMain() {
   testIds(c);
   testContextState(c);
   testHandles(c);
+  testContextIdKept(c);
   testBlocks(c);
   testGuard(c);
   testThreads(c);
