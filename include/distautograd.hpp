@@ -98,6 +98,18 @@ namespace detail {
 
 struct ContextObject;
 
+// DAC_INVALID_ID without the C cast (which -Wold-style-cast rejects in
+// callers' builds): never a context id.
+constexpr int64_t kInvalidId = -1;
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+#endif
+static_assert(kInvalidId == DAC_INVALID_ID, "kInvalidId is DAC_INVALID_ID");
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
 // Throws the calling thread's last error if status is not DAC_OK; it reads
 // the message at once, before anything else can fail on this thread.
 inline void check(int status) {
@@ -111,7 +123,7 @@ inline void check(int status) {
 inline int32_t toC(worker_id_t w) noexcept { return static_cast<int32_t>(static_cast<uint16_t>(w)); }
 inline worker_id_t fromC(int32_t w) noexcept { return static_cast<worker_id_t>(static_cast<uint16_t>(w)); }
 
-inline ContextPtr wrap(dac_context* handle, int64_t id = DAC_INVALID_ID);
+inline ContextPtr wrap(dac_context* handle, int64_t id = kInvalidId);
 
 // Lists (message id, function) pairs with the two-call protocol of
 // dac_context_send_functions; retries while the list grows under us.
@@ -150,7 +162,7 @@ class DistAutogradContext {
   // object holds a reference, so its handle's id cannot change.
   int64_t contextId() const {
     int64_t id = id_.load(std::memory_order_relaxed);
-    if (id == DAC_INVALID_ID) {
+    if (id == detail::kInvalidId) {
       detail::check(dac_context_id(handle_, &id));
       id_.store(id, std::memory_order_relaxed);
     }
@@ -227,7 +239,7 @@ class DistAutogradContext {
   ~DistAutogradContext() { (void)dac_context_unref(handle_); }
 
   dac_context* const handle_;
-  mutable std::atomic<int64_t> id_;  // DAC_INVALID_ID until known (never an id)
+  mutable std::atomic<int64_t> id_;  // detail::kInvalidId until known
 };
 
 namespace detail {
@@ -310,7 +322,7 @@ struct BlockAllocator {
 
 // Takes ownership of the new reference that a successful call returned
 // (never nullptr). id: the handle's context id where the caller knows it,
-// else DAC_INVALID_ID. (Having no nullptr branch also keeps GCC from warning
+// else kInvalidId. (Having no nullptr branch also keeps GCC from warning
 // about contextId()'s atomic load through a null pointer in callers.)
 inline ContextPtr wrap(dac_context* handle, int64_t id) {
   try {
@@ -448,7 +460,7 @@ class DistAutogradContainer {
   // thread's current context; throws if the thread already has one.
   const ContextPtr newContext() {
     dac_context* h = nullptr;
-    int64_t id = DAC_INVALID_ID;
+    int64_t id = detail::kInvalidId;
     detail::check(dac_context_new_id(&h, &id));
     return detail::wrap(h, id);
   }
