@@ -11,11 +11,11 @@ import (
 
 // Each call from C into Go counts as a schedule of the P it runs on, while
 // no goroutine waits to run (scripts/go-runtime-overlay,
-// callback-is-a-schedule), read off Go's own
-// scheduler trace: a thread that calls 200,000 times moves the ticks of
-// the Ps by about as much. Go 1.26 as built moves them only when a
-// goroutine is scheduled, which calls from C never do, so its monitor took
-// the P back from such a thread at every look after 10 ms.
+// callback-is-a-schedule), read off Go's own scheduler trace: a thread that
+// calls 200,000 times moves the ticks of the Ps by about as much. Go 1.26 as
+// built moves them only when a goroutine is scheduled, which calls from C
+// never do, so its monitor took the P back from such a thread at every look
+// after 10 ms.
 // (TestCallsFromCMoveTheirPsTick reads the same change off the machine code.)
 func TestCallsFromCMoveThePsTick(t *testing.T) {
 	t.Parallel()
