@@ -40,7 +40,7 @@ func fail(e *C.dacc_error_slot, err error) C.int {
 }
 
 // goCalls counts the calls from C into Go, in the testing build only
-// (countCalls: export_testing.go, export_release.go).
+// (countCalls: export_testing.go, export_testing_off.go).
 var goCalls atomic.Int64
 
 func countCall() {
@@ -413,6 +413,21 @@ func dacgo_context_id(h C.uint64_t, out *C.int64_t, e *C.dacc_error_slot) (rc C.
 		return fail(e, err)
 	}
 	*out = C.int64_t(ctx.ID())
+	return 0
+}
+
+//export dacgo_context_host_value
+func dacgo_context_host_value(h C.uint64_t, out *C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	v, err := c.HostValue(uint64(h))
+	if err != nil {
+		return fail(e, err)
+	}
+	*out = C.uint64_t(v)
 	return 0
 }
 

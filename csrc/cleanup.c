@@ -1,0 +1,70 @@
+/* csrc/cleanup.c: the release fan-out's settings and the log hook.
+** Part of capi.c's one translation unit (capi.c says why): never compiled
+** alone. */
+
+/* Declared in capi_internal.h: nonzero while this thread runs the cleanup sender. */
+__thread int dacc_tls_in_sender;
+
+/* ---- Release fan-out ---- */
+
+int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data) {
+	GUARD_FORK();
+	/* From inside a sender it would wait for itself: it does not wait. */
+	return dacgo_set_cleanup_sender((void *)sender, user_data, dacc_tls_in_sender ? 0 : -1, err());
+}
+
+int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, int64_t timeout_ms) {
+	GUARD_FORK();
+	if (timeout_ms < 0)
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
+	return dacgo_set_cleanup_sender((void *)sender, user_data, dacc_tls_in_sender ? 0 : timeout_ms, err());
+}
+
+int dac_set_cleanup_sender_nonblocking(int nonblocking) {
+	GUARD_FORK();
+	if (nonblocking != 0 && nonblocking != 1)
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "nonblocking must be 0 or 1");
+	return dacgo_set_cleanup_nonblocking(nonblocking, err());
+}
+
+int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
+                            int64_t max_pending) {
+	GUARD_FORK();
+	return dacgo_set_cleanup_options(max_attempts, initial_backoff_us, max_backoff_us, max_pending, err());
+}
+
+/* The size of dac_cleanup_counters' first version: size and six counters.
+** A caller's struct may be larger (a newer header) or as large as this
+** library's, never smaller. */
+#define DACC_CLEANUP_COUNTERS_V1 (sizeof(size_t) + 6 * sizeof(int64_t))
+_Static_assert(sizeof(dac_cleanup_counters) >= DACC_CLEANUP_COUNTERS_V1, "fields are only added");
+
+int dac_cleanup_stats(dac_cleanup_counters *counters) {
+	GUARD_FORK();
+	CHECK_OUT(counters);
+	size_t size = counters->size;
+	if (size < DACC_CLEANUP_COUNTERS_V1)
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__,
+		              "counters->size must be set to sizeof(dac_cleanup_counters) (at least 56)");
+	dac_cleanup_counters c = {0};
+	int rc = dacgo_cleanup_stats(&c, err());
+	if (rc != DAC_OK)
+		return rc;
+	c.size = size;
+	/* What this library knows, then 0 for the fields of a newer header. */
+	size_t known = size < sizeof c ? size : sizeof c;
+	memcpy(counters, &c, known);
+	if (size > known)
+		memset((char *)counters + known, 0, size - known);
+	return DAC_OK;
+}
+
+int dac_cleanup_flush(int64_t timeout_ms, int64_t *pending) {
+	GUARD_FORK();
+	return dacgo_cleanup_flush(timeout_ms, dacc_tls_in_callback > 0, pending, err());
+}
+
+int dac_set_log_hook(dac_log_hook hook, void *user_data) {
+	GUARD_FORK();
+	return dacgo_set_log_hook((void *)hook, user_data, err());
+}

@@ -1,0 +1,27 @@
+/* csrc/testing.c: the testing build's dactest_* functions (make
+** testing-lib).
+** Part of capi.c's one translation unit (capi.c says why): never compiled
+** alone. */
+
+#ifdef DACC_TESTING
+/* ---- The testing build only (make testing-lib): not the public ABI ---- */
+
+/* Starts the context and message id counters at these offsets into the
+** worker's range, so that tests reach max_id; call it before dac_init. */
+int dactest_set_counter_offsets(int64_t ctx_offset, int64_t msg_offset);
+
+int dactest_set_counter_offsets(int64_t ctx_offset, int64_t msg_offset) {
+	GUARD_FORK();
+	return dacgo_testing_set_counter_offsets(ctx_offset, msg_offset, err());
+}
+
+/* How many calls into Go the library has made so far (this one aside): a
+** test brackets a call with two and learns whether capi.c served it alone. */
+int64_t dactest_go_calls(void);
+
+int64_t dactest_go_calls(void) {
+	int64_t n = 0;
+	dacgo_testing_go_calls(&n);
+	return n;
+}
+#endif
