@@ -23,6 +23,9 @@ typedef struct dacc_error_slot {
 	int code;
 	char msg[DACC_ERROR_MSG_CAP];
 } dacc_error_slot;
+/* The slot of every thread whose own could not be allocated (csrc/error.c):
+** shared, and written by nobody. */
+extern dacc_error_slot dacc_no_memory_slot __attribute__((visibility("hidden")));
 
 /* A dead record's host value and its drop function (fn 0: none), which
 ** the Go side hands back instead of calling into C itself: capi.c runs it
@@ -71,8 +74,7 @@ int dacgo_context_functions(uint64_t h, int kind, int64_t *msg_ids, uint64_t *fn
 int dacgo_set_cleanup_sender(void *fn, void *user_data, int64_t wait_ms, dacc_error_slot *e);
 int dacgo_set_cleanup_nonblocking(int nonblocking, dacc_error_slot *e);
 int dacgo_set_log_hook(void *fn, void *user_data, dacc_error_slot *e);
-int dacgo_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
-                              int64_t max_pending, dacc_error_slot *e);
+int dacgo_set_cleanup_options(dac_cleanup_options *options, dacc_error_slot *e);
 int dacgo_cleanup_stats(dac_cleanup_counters *out, dacc_error_slot *e);
 int dacgo_cleanup_flush(int64_t timeout_ms, int in_callback, int64_t *pending, dacc_error_slot *e);
 int dacgo_view(void **out, dacc_error_slot *e);

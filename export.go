@@ -27,7 +27,12 @@ func main() {}
 var proc container.Singleton // the process-wide container
 
 // setError fills the calling thread's error slot and returns the status.
+// The slot of the threads that could not allocate their own is shared and
+// says so: it is left as it is.
 func setError(e *C.dacc_error_slot, code container.Code, msg string) C.int {
+	if e == &C.dacc_no_memory_slot {
+		return C.int(code)
+	}
 	e.code = C.int(code)
 	buf := unsafe.Slice((*byte)(unsafe.Pointer(&e.msg[0])), len(e.msg))
 	n := copy(buf[:len(buf)-1], msg)

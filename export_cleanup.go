@@ -95,17 +95,17 @@ func saturating(n int64, unit time.Duration) time.Duration {
 	return time.Duration(n) * unit
 }
 
+// dacgo_set_cleanup_options applies options checked as arguments already
+// (csrc/cleanup.c); the fan-out checks what depends on its state.
+//
 //export dacgo_set_cleanup_options
-func dacgo_set_cleanup_options(maxAttempts C.int32_t, initialBackoffUs, maxBackoffUs, maxPending C.int64_t, e *C.dacc_error_slot) (rc C.int) {
+func dacgo_set_cleanup_options(o *C.dac_cleanup_options, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
-	if maxAttempts < 0 || initialBackoffUs < 0 || maxBackoffUs < 0 || maxPending < 0 {
-		return fail(e, container.Errorf(container.ErrInvalidArgument, "dac_set_cleanup_options: values must be >= 0 (0 selects the default)"))
-	}
 	err := cleanup.SetOptions(container.CleanupOptions{
-		MaxAttempts:    int(maxAttempts),
-		InitialBackoff: saturating(int64(initialBackoffUs), time.Microsecond),
-		MaxBackoff:     saturating(int64(maxBackoffUs), time.Microsecond),
-		MaxPending:     int(maxPending),
+		MaxAttempts:    int(o.max_attempts),
+		InitialBackoff: saturating(int64(o.initial_backoff_us), time.Microsecond),
+		MaxBackoff:     saturating(int64(o.max_backoff_us), time.Microsecond),
+		MaxPending:     int(o.max_pending),
 	})
 	if err != nil {
 		return fail(e, err)
@@ -122,16 +122,14 @@ func dacgo_cleanup_stats(out *C.dac_cleanup_counters, e *C.dacc_error_slot) (rc 
 	return 0
 }
 
-// dacgo_cleanup_flush waits for the fan-out; inCallback is set when the
-// caller runs inside a sender or log hook, whose own message stays pending
-// until it returns: waiting would only time out (or hang), so it does not.
+// dacgo_cleanup_flush waits for the fan-out, up to timeoutMs (>= 0:
+// csrc/cleanup.c checks it); inCallback is set when the caller runs inside a
+// sender or log hook, whose own message stays pending until it returns:
+// waiting would only time out (or hang), so it does not.
 //
 //export dacgo_cleanup_flush
 func dacgo_cleanup_flush(timeoutMs C.int64_t, inCallback C.int, pending *C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
-	if timeoutMs < 0 {
-		return fail(e, container.Errorf(container.ErrInvalidArgument, "dac_cleanup_flush: timeout_ms must be >= 0, got %d", int64(timeoutMs)))
-	}
 	wait := saturating(int64(timeoutMs), time.Millisecond)
 	if inCallback != 0 {
 		wait = 0

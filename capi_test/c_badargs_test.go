@@ -57,6 +57,9 @@ func TestBadArguments(t *testing.T) {
 		dac_set_cleanup_options(0, -1, 0, 0) -> DAC_ERR_INVALID_ARGUMENT: distautograd: dac_set_cleanup_options: values must be >= 0 (0 selects the default)
 		dac_set_cleanup_options(0, 0, -1, 0) -> DAC_ERR_INVALID_ARGUMENT: distautograd: dac_set_cleanup_options: values must be >= 0 (0 selects the default)
 		dac_set_cleanup_options(0, 0, 0, -1) -> DAC_ERR_INVALID_ARGUMENT: distautograd: dac_set_cleanup_options: values must be >= 0 (0 selects the default)
+		dac_cleanup_configure(NULL) -> DAC_ERR_INVALID_ARGUMENT: distautograd: dac_cleanup_configure: options must not be NULL
+		dac_cleanup_configure(&options) -> DAC_ERR_INVALID_ARGUMENT: distautograd: dac_cleanup_configure: options->size must be set to sizeof(dac_cleanup_options) (at least 40)
+		dac_cleanup_configure(&options) -> DAC_ERR_INVALID_ARGUMENT: distautograd: dac_cleanup_configure: values must be >= 0 (0 selects the default)
 		dac_cleanup_flush(-1, &n) -> DAC_ERR_INVALID_ARGUMENT: distautograd: dac_cleanup_flush: timeout_ms must be >= 0, got -1
 		-- argument checks come before the handle check
 		dac_context_id(NULL, NULL) -> DAC_ERR_INVALID_ARGUMENT: distautograd: dac_context_id: out must not be NULL

@@ -56,3 +56,40 @@ func TestLoadsAfterAStaticTLSHog(t *testing.T) {
 		new thread: context 281474976710657 made and released; retrieve after: 5, "Could not find autograd context with id: 281474976710657"
 	`, r.Stdout)
 }
+
+// A thread whose error slot cannot be allocated (c/nomem.c fails that
+// calloc) shares the library's out-of-memory slot: its failed calls return
+// their own status while the last error says out of memory, whether C or Go
+// refused the call. Nobody writes the shared slot: Go's setError wrote it
+// once, and a second such thread then read the first one's last failure.
+func TestSharedOutOfMemorySlotIsNeverWritten(t *testing.T) {
+	t.Parallel()
+	assertTranscript(t, `
+		dac_context_retrieve(1, &ctx) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 1
+		a thread without a slot:
+		dac_context_retrieve(424242, &ctx) [Go refuses] -> DAC_ERR_NOT_FOUND; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_context_release(424242) [Go refuses] -> DAC_ERR_NOT_FOUND; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_worker_id(NULL) [C refuses] -> DAC_ERR_INVALID_ARGUMENT; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_set_cleanup_options(-1, 0, 0, 0) [C refuses] -> DAC_ERR_INVALID_ARGUMENT; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_set_current_context_id(1) [works] -> DAC_OK; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_set_current_context_id(2) [C refuses, Go's message] -> DAC_ERR_ALREADY_HAS_CONTEXT; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_clear_current_context() [works] -> DAC_OK; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_context_new_id(&ctx, &id) [works] -> DAC_OK; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_context_release(id) [works] -> DAC_OK; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_context_unref(ctx) [works] -> DAC_OK; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		another:
+		dac_context_retrieve(424242, &ctx) [Go refuses] -> DAC_ERR_NOT_FOUND; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_context_release(424242) [Go refuses] -> DAC_ERR_NOT_FOUND; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_worker_id(NULL) [C refuses] -> DAC_ERR_INVALID_ARGUMENT; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_set_cleanup_options(-1, 0, 0, 0) [C refuses] -> DAC_ERR_INVALID_ARGUMENT; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_set_current_context_id(1) [works] -> DAC_OK; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_set_current_context_id(2) [C refuses, Go's message] -> DAC_ERR_ALREADY_HAS_CONTEXT; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_clear_current_context() [works] -> DAC_OK; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_context_new_id(&ctx, &id) [works] -> DAC_OK; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_context_release(id) [works] -> DAC_OK; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		dac_context_unref(ctx) [works] -> DAC_OK; last: DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"
+		the main thread's own slot:
+		last: DAC_ERR_NOT_FOUND, "Could not find autograd context with id: 1"
+		dac_context_retrieve(2, &ctx) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 2
+	`, run(t, buildC(t, "c/nomem.c")))
+}

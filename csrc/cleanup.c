@@ -27,10 +27,43 @@ int dac_set_cleanup_sender_nonblocking(int nonblocking) {
 	return dacgo_set_cleanup_nonblocking(nonblocking, err());
 }
 
+/* The size of dac_cleanup_options' first version: size and four options. */
+#define DACC_CLEANUP_OPTIONS_V1 (offsetof(dac_cleanup_options, max_pending) + sizeof(int64_t))
+_Static_assert(sizeof(dac_cleanup_options) >= DACC_CLEANUP_OPTIONS_V1, "fields are only added");
+
+/* The one check of the options as arguments; Go checks what depends on the
+** fan-out (max_pending's bound, and its growth once messages were queued). */
+static int configure(const char *fn, dac_cleanup_options *o) {
+	if (o->max_attempts < 0 || o->initial_backoff_us < 0 || o->max_backoff_us < 0 || o->max_pending < 0)
+		return reject(DAC_ERR_INVALID_ARGUMENT, fn, "values must be >= 0 (0 selects the default)");
+	return dacgo_set_cleanup_options(o, err());
+}
+
+int dac_cleanup_configure(const dac_cleanup_options *options) {
+	GUARD_FORK();
+	CHECK_OUT(options);
+	size_t size = options->size;
+	if (size < DACC_CLEANUP_OPTIONS_V1)
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__,
+		              "options->size must be set to sizeof(dac_cleanup_options) (at least 40)");
+	/* What this library knows (the defaults for what an older header
+	** lacks); a newer header's options it does not know must be 0. */
+	dac_cleanup_options o = {0};
+	size_t known = size < sizeof o ? size : sizeof o;
+	memcpy(&o, options, known);
+	for (size_t i = known; i < size; i++)
+		if (((const unsigned char *)options)[i] != 0)
+			return reject(DAC_ERR_INVALID_ARGUMENT, __func__,
+			              "options sets an option this library does not know (past its sizeof(dac_cleanup_options))");
+	o.size = sizeof o;
+	return configure(__func__, &o);
+}
+
 int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                             int64_t max_pending) {
 	GUARD_FORK();
-	return dacgo_set_cleanup_options(max_attempts, initial_backoff_us, max_backoff_us, max_pending, err());
+	dac_cleanup_options o = {sizeof o, max_attempts, initial_backoff_us, max_backoff_us, max_pending};
+	return configure(__func__, &o);
 }
 
 /* The size of dac_cleanup_counters' first version: size and six counters.
@@ -61,6 +94,11 @@ int dac_cleanup_stats(dac_cleanup_counters *counters) {
 
 int dac_cleanup_flush(int64_t timeout_ms, int64_t *pending) {
 	GUARD_FORK();
+	if (timeout_ms < 0) {
+		char what[64];
+		snprintf(what, sizeof what, "timeout_ms must be >= 0, got %lld", (long long)timeout_ms);
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, what);
+	}
 	return dacgo_cleanup_flush(timeout_ms, dacc_tls_in_callback > 0, pending, err());
 }
 

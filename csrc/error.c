@@ -9,12 +9,13 @@
 static DACC_TLS dacc_error_slot *tls_error;
 static pthread_key_t error_key;
 /* For a thread whose slot cannot be allocated: its status and message are
-** then this one, shared, and say so. */
-static dacc_error_slot no_memory_slot = {DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"};
+** then this one, shared, and say so; nobody writes it (reject, and Go's
+** setError, leave it as it is). */
+dacc_error_slot dacc_no_memory_slot = {DAC_ERR_INTERNAL, "distautograd: out of memory for this thread's error message"};
 
 static void free_error_slot(void *p) {
 	tls_error = NULL; /* a later destructor's call allocates it anew */
-	if (p != &no_memory_slot)
+	if (p != &dacc_no_memory_slot)
 		free(p);
 }
 
@@ -23,7 +24,7 @@ static __attribute__((noinline)) dacc_error_slot *new_error_slot(void) {
 	dacc_error_slot *e = calloc(1, sizeof *e);
 	if (e == NULL || pthread_setspecific(error_key, e) != 0) {
 		free(e);
-		e = &no_memory_slot;
+		e = &dacc_no_memory_slot;
 	}
 	tls_error = e;
 	return e;
@@ -40,7 +41,7 @@ static inline __attribute__((always_inline)) dacc_error_slot *err(void) {
 ** the message is made here. Go's failures come back filled in by Go. */
 static int reject(int code, const char *fn, const char *what) {
 	dacc_error_slot *e = err();
-	if (e == &no_memory_slot)
+	if (e == &dacc_no_memory_slot)
 		return code;
 	e->code = code;
 	snprintf(e->msg, sizeof e->msg, "distautograd: %s: %s", fn, what);

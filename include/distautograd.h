@@ -398,15 +398,33 @@ int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, i
 ** cover these attempts alike. May be called before dac_init. */
 int dac_set_cleanup_sender_nonblocking(int nonblocking);
 
-/* Tunes the fan-out; 0 selects a default: max_attempts 21 (the native 20
-** retries after the first attempt), initial_backoff_us 10000 (doubling per
-** retry), max_backoff_us 2000000, max_pending 65536 (messages queued or
-** awaiting retry; past it a message is dropped, counted and logged). Applies
-** to messages from now on. max_pending may grow past its current value only
-** before the first cleanup message was queued (the queue cannot grow under
-** running senders): later, that is DAC_ERR_INVALID_ARGUMENT, as are negative
-** values and a max_pending above 4194304 (its queue is allocated up front).
-** A backoff too long for int64_t nanoseconds is taken as the longest one. */
+/* The fan-out's options, for dac_cleanup_configure; a field 0 selects its
+** default. The caller sets size to sizeof(dac_cleanup_options): fields are
+** only ever added at the end, so a program built against an older header
+** leaves the options it does not know at their defaults, and one built
+** against a newer header may set only the options this library knows (the
+** bytes past them must be 0, else DAC_ERR_INVALID_ARGUMENT). */
+typedef struct dac_cleanup_options {
+	size_t size;                /* set by the caller: sizeof(dac_cleanup_options) */
+	int32_t max_attempts;       /* per message, the first included; 21 (the native 20 retries) */
+	int64_t initial_backoff_us; /* before the first retry, doubling per retry; 10000 */
+	int64_t max_backoff_us;     /* the longest wait between attempts; 2000000 */
+	int64_t max_pending;        /* messages queued or awaiting a retry, past which one is
+	                            ** dropped, counted and logged; 65536 */
+} dac_cleanup_options;
+
+/* Tunes the fan-out, for messages from now on: every option at once, each
+** 0 taking its default. DAC_ERR_INVALID_ARGUMENT if options is NULL, its
+** size is smaller than this struct's first version (40 bytes) or sets an
+** option this library does not know, a value is negative, max_pending is
+** above 4194304 (its queue is allocated up front), or max_pending grows
+** past its current value once a cleanup message was queued (the queue
+** cannot grow under running senders). A backoff too long for int64_t
+** nanoseconds is taken as the longest one. May be called before dac_init. */
+int dac_cleanup_configure(const dac_cleanup_options *options);
+
+/* dac_cleanup_configure with the first version's four options, positional:
+** kept for the programs written against it (its messages name it). */
 int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                             int64_t max_pending);
 

@@ -351,7 +351,7 @@ using CleanupSender = std::function<bool(worker_id_t workerId, int64_t contextId
 using LogHook = std::function<void(int level, const std::string& message)>;
 
 // CleanupOptions tune the fan-out; a zero field takes the library's default
-// (see dac_set_cleanup_options: 21 attempts, 10 ms initial backoff doubling
+// (see dac_cleanup_options: 21 attempts, 10 ms initial backoff doubling
 // up to 2 s, 65536 pending messages).
 struct CleanupOptions {
   int32_t maxAttempts = 0;                       // attempts per message, the first included
@@ -647,8 +647,13 @@ class DistAutogradContainer {
   // (DAC_ERR_INVALID_ARGUMENT) for a negative value, or a maxPending larger
   // than before once messages were sent.
   static void setCleanupOptions(const CleanupOptions& options) {
-    detail::check(dac_set_cleanup_options(options.maxAttempts, options.initialBackoff.count(),
-                                          options.maxBackoff.count(), options.maxPending));
+    dac_cleanup_options o{};
+    o.size = sizeof o;
+    o.max_attempts = options.maxAttempts;
+    o.initial_backoff_us = options.initialBackoff.count();
+    o.max_backoff_us = options.maxBackoff.count();
+    o.max_pending = options.maxPending;
+    detail::check(dac_cleanup_configure(&o));
   }
 
   // Returns the fan-out's counters (each read once, not all at one instant).

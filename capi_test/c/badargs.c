@@ -59,10 +59,16 @@ int main(void) {
 	SHOW(dac_context_add_known_worker_id(ctx, 65536));
 	SHOW(dac_context_add_known_worker_id(ctx, INT32_MIN));
 	SHOW(dac_context_add_known_worker_id(ctx, INT32_MAX));
+	dac_cleanup_options options = {0};
 	SHOW(dac_set_cleanup_options(-1, 0, 0, 0));
 	SHOW(dac_set_cleanup_options(0, -1, 0, 0));
 	SHOW(dac_set_cleanup_options(0, 0, -1, 0));
 	SHOW(dac_set_cleanup_options(0, 0, 0, -1));
+	SHOW(dac_cleanup_configure(NULL));
+	SHOW(dac_cleanup_configure(&options));
+	options.size = sizeof options;
+	options.max_pending = -1;
+	SHOW(dac_cleanup_configure(&options));
 	SHOW(dac_cleanup_flush(-1, &n));
 	printf("-- argument checks come before the handle check\n");
 	SHOW(dac_context_id(NULL, NULL));

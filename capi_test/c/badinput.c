@@ -405,6 +405,49 @@ int main(void) {
 	    dac_set_cleanup_options(0, 0, 0, 65537));
 	ROW(dac_set_cleanup_options, "not an error: INT32_MAX attempts, INT64_MAX backoffs (the longest ones)", DAC_OK,
 	    dac_set_cleanup_options(INT32_MAX, INT64_MAX, INT64_MAX, 0));
+	ROW(dac_cleanup_configure, "NULL options", DAC_ERR_INVALID_ARGUMENT, dac_cleanup_configure(NULL));
+	{
+		dac_cleanup_options o = {0};
+		ROW(dac_cleanup_configure, "size 0 (not set)", DAC_ERR_INVALID_ARGUMENT, dac_cleanup_configure(&o));
+		o.size = sizeof o - 1;
+		ROW(dac_cleanup_configure, "size one byte short of the first version", DAC_ERR_INVALID_ARGUMENT,
+		    dac_cleanup_configure(&o));
+		o.size = sizeof o;
+		o.max_attempts = INT32_MIN;
+		ROW(dac_cleanup_configure, "INT32_MIN max_attempts", DAC_ERR_INVALID_ARGUMENT, dac_cleanup_configure(&o));
+		o.max_attempts = 0;
+		o.initial_backoff_us = -1;
+		ROW(dac_cleanup_configure, "a negative initial backoff", DAC_ERR_INVALID_ARGUMENT, dac_cleanup_configure(&o));
+		o.initial_backoff_us = 0;
+		o.max_backoff_us = INT64_MIN;
+		ROW(dac_cleanup_configure, "INT64_MIN max backoff", DAC_ERR_INVALID_ARGUMENT, dac_cleanup_configure(&o));
+		o.max_backoff_us = 0;
+		o.max_pending = -1;
+		ROW(dac_cleanup_configure, "a negative max_pending", DAC_ERR_INVALID_ARGUMENT, dac_cleanup_configure(&o));
+		o.max_pending = INT64_MAX;
+		ROW(dac_cleanup_configure, "INT64_MAX max_pending", DAC_ERR_INVALID_ARGUMENT, dac_cleanup_configure(&o));
+		o.max_pending = 65537;
+		ROW(dac_cleanup_configure, "max_pending grown after the first message", DAC_ERR_INVALID_ARGUMENT,
+		    dac_cleanup_configure(&o));
+		o.max_pending = 0;
+		/* A newer header's larger struct: its options past this library's
+		** must be 0. */
+		struct {
+			dac_cleanup_options known;
+			int64_t later;
+		} big;
+		memset(&big, 0, sizeof big);
+		big.known.size = sizeof big;
+		big.later = 1;
+		ROW(dac_cleanup_configure, "a larger size with an unknown option set (a newer header)",
+		    DAC_ERR_INVALID_ARGUMENT, dac_cleanup_configure(&big.known));
+		big.later = 0;
+		big.known.max_attempts = INT32_MAX;
+		big.known.initial_backoff_us = INT64_MAX;
+		big.known.max_backoff_us = INT64_MAX;
+		ROW(dac_cleanup_configure, "not an error: a larger size, unknown options 0, the longest backoffs", DAC_OK,
+		    dac_cleanup_configure(&big.known));
+	}
 	MUST(dac_set_cleanup_options(0, 0, 0, 0));
 	ROW(dac_cleanup_stats, "NULL counters", DAC_ERR_INVALID_ARGUMENT, dac_cleanup_stats(NULL));
 	{

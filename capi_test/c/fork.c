@@ -123,6 +123,8 @@ static void use_everything(dac_context *parents) {
 	CHILD(dac_set_cleanup_sender(never_sends, NULL));
 	CHILD(dac_set_cleanup_sender_timeout(never_sends, NULL, 10));
 	CHILD(dac_set_cleanup_sender_nonblocking(1));
+	dac_cleanup_options options = {sizeof options, 1, 1, 1, 1};
+	CHILD(dac_cleanup_configure(&options));
 	CHILD(dac_set_cleanup_options(1, 1, 1, 1));
 	CHILD(dac_cleanup_stats(&counters));
 	CHILD(dac_cleanup_flush(10, &a));

@@ -233,6 +233,9 @@ static void run_table(int in_sender) {
 	ROW(dac_set_cleanup_sender_timeout, dac_set_cleanup_sender_timeout(table_sender, &sender_data, -1),
 	    RC == DAC_ERR_INVALID_ARGUMENT);
 	ROW(dac_set_cleanup_sender_nonblocking, dac_set_cleanup_sender_nonblocking(0), RC == DAC_OK);
+	dac_cleanup_options options = {.size = sizeof options, .max_attempts = 1, .initial_backoff_us = 1000,
+	                               .max_backoff_us = 1000};
+	ROW(dac_cleanup_configure, dac_cleanup_configure(&options), RC == DAC_OK);
 	ROW(dac_set_cleanup_options, dac_set_cleanup_options(1, 1000, 1000, 0), RC == DAC_OK);
 	dac_cleanup_counters counters = {.size = sizeof counters, .pending = -1};
 	ROW(dac_cleanup_stats, dac_cleanup_stats(&counters), RC == DAC_OK && counters.pending >= 0);

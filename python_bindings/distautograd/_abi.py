@@ -3,6 +3,16 @@ import ctypes
 import enum
 
 
+class dac_cleanup_options(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("max_attempts", ctypes.c_int32),
+        ("initial_backoff_us", ctypes.c_int64),
+        ("max_backoff_us", ctypes.c_int64),
+        ("max_pending", ctypes.c_int64),
+    ]
+
+
 class dac_cleanup_counters(ctypes.Structure):
     _fields_ = [
         ("size", ctypes.c_size_t),
@@ -63,6 +73,7 @@ PROTOTYPES = {
     "dac_set_cleanup_sender": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p)),
     "dac_set_cleanup_sender_timeout": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)),
     "dac_set_cleanup_sender_nonblocking": (ctypes.c_int, (ctypes.c_int,)),
+    "dac_cleanup_configure": (ctypes.c_int, (ctypes.POINTER(dac_cleanup_options),)),
     "dac_set_cleanup_options": (ctypes.c_int, (ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)),
     "dac_cleanup_stats": (ctypes.c_int, (ctypes.POINTER(dac_cleanup_counters),)),
     "dac_cleanup_flush": (ctypes.c_int, (ctypes.c_int64, ctypes.POINTER(ctypes.c_int64))),

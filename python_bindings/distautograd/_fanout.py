@@ -223,13 +223,14 @@ def set_cleanup_options(
       current value only before the first message was queued; later that is
       a DistAutogradError (ERR_INVALID_ARGUMENT).
     """
-    rc = _L.dac_set_cleanup_options(
-        _count("max_attempts", max_attempts, _lib.INT32_MAX),
-        _micros("initial_backoff", initial_backoff),
-        _micros("max_backoff", max_backoff),
-        _count("max_pending", max_pending, _lib.INT64_MAX),
+    o = _abi.dac_cleanup_options(
+        size=ctypes.sizeof(_abi.dac_cleanup_options),
+        max_attempts=_count("max_attempts", max_attempts, _lib.INT32_MAX),
+        initial_backoff_us=_micros("initial_backoff", initial_backoff),
+        max_backoff_us=_micros("max_backoff", max_backoff),
+        max_pending=_count("max_pending", max_pending, _lib.INT64_MAX),
     )
-    _check(rc)
+    _check(_L.dac_cleanup_configure(ctypes.byref(o)))
 
 
 @dataclasses.dataclass(frozen=True)
