@@ -70,11 +70,10 @@ int dac_num_contexts(int64_t *out) {
 ** and keep the layout; a thread's ids are consecutive, but ids of different
 ** threads interleave by block rather than one by one. Ids a thread reserved
 ** and did not use before it exited are never issued (ids are never reused).
-** Why 4096: a block costs one call into Go (about 100 ns), so at 256 ids a
-** block that call alone was 0.4 ns of every id, an eighth of native's whole
-** atomic increment; at 4096 it is 0.03 ns. A thread that takes one id and
-** exits leaves the rest of its block unused, 2^36 such threads per worker
-** before the 2^48 ids run out. */
+** Why 4096: a block costs one call into Go, and spread over 4096 ids that
+** call is a small fraction of an id (docs/performance.md, "Message ids").
+** A thread that takes one id and exits leaves the rest of its block
+** unused, 2^36 such threads per worker before the 2^48 ids run out. */
 #define DACC_MESSAGE_ID_BLOCK 4096
 /* This thread's block, [next, end); one struct, so one offset to load. */
 static DACC_TLS struct {

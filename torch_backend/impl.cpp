@@ -23,8 +23,8 @@
 // upper bound of its size, which probe() takes from a block libtorch's own
 // factory made. (The factory itself, getOrCreateContext then
 // releaseContextIfPresent on the id, costs two locks, an insert and an
-// erase in libtorch's map per context: about 150 ns of a 2 us Python
-// cycle.)
+// erase in libtorch's map per context: docs/performance.md, "The torch
+// cycle".)
 #include <dlfcn.h>
 #include <malloc.h>
 
