@@ -396,6 +396,7 @@ static dacc_view *g_view;
 /* The records' address, from the view: the one load a handle's fast path
 ** starts from (0 until the view is fetched, and again in a forked child). */
 uintptr_t dacc_records;
+const uintptr_t *dacc_slabs;
 
 static __attribute__((noinline)) dacc_view *fetch_view(void) {
 	if (c_forked)
@@ -404,7 +405,7 @@ static __attribute__((noinline)) dacc_view *fetch_view(void) {
 	dacc_error_slot ignored;
 	if (dacgo_view(&p, &ignored) != DAC_OK)
 		return NULL;
-	__atomic_store_n(&dacc_records, ((dacc_view *)p)->records, __ATOMIC_RELEASE);
+	dacc_publish_records(p);
 	__atomic_store_n(&g_view, (dacc_view *)p, __ATOMIC_RELEASE);
 	return p;
 }
@@ -426,7 +427,7 @@ static void clear_for_child(void) {
 }
 
 static inline dacc_record *record_at(const dacc_view *v, uint32_t index) {
-	return (dacc_record *)(v->records + (uintptr_t)index * sizeof(dacc_record));
+	return dacc_record_at(v->records, index);
 }
 
 /* The record a handle names, or NULL before the view is known (before
@@ -472,11 +473,11 @@ static inline __attribute__((always_inline)) dacc_record *lookup(const dacc_view
 	uint64_t k = ((u >> v->shard_bits) ^ (u >> 48)) & b->mask;
 	uint32_t i = __atomic_load_n(&b->heads[k], __ATOMIC_ACQUIRE);
 	for (int hops = 0; i != 0; hops++) {
-		if (i > DACC_MAX_RECORDS || hops == DACC_MAX_HOPS) {
+		dacc_record *r = record_at(v, i - 1);
+		if (r == NULL || hops == DACC_MAX_HOPS) {
 			*settled = 0;
 			return NULL;
 		}
-		dacc_record *r = record_at(v, i - 1);
 		if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) == id) {
 			*index = i - 1;
 			return r;
@@ -1081,5 +1082,15 @@ int64_t dactest_go_calls(void) {
 	int64_t n = 0;
 	dacgo_testing_go_calls(&n);
 	return n;
+}
+
+/* Moves the record of a dead handle on to generation, as if it had lived
+** that many more lives, so that tests reach a generation's wrap without
+** 2^32 of them (container: AgeRecord). */
+int dactest_age_record(dac_context *dead, uint32_t generation);
+
+int dactest_age_record(dac_context *dead, uint32_t generation) {
+	GUARD_FORK();
+	return dacgo_testing_age_record(to_handle(dead), generation, err());
 }
 #endif

@@ -26,7 +26,8 @@ var (
 	_ = [1]struct{}{}[unsafe.Offsetof(container.Record{}.HostValue)-unsafe.Offsetof(C.dacc_record{}.host_value)]
 	_ = [1]struct{}{}[unsafe.Offsetof(container.Record{}.HostDrop)-unsafe.Offsetof(C.dacc_record{}.host_drop)]
 	_ = [1]struct{}{}[container.InlineWorkers-C.DACC_INLINE_WORKERS]
-	_ = [1]struct{}{}[container.MaxRecords-C.DACC_MAX_RECORDS]
+	_ = [1]struct{}{}[container.SlabBits-C.DACC_SLAB_BITS]
+	_ = [1]struct{}{}[container.MaxSlabs-C.DACC_MAX_SLABS]
 	_ = [1]struct{}{}[container.MaxRefs-C.DACC_STATE_REFS]
 	_ = [1]struct{}{}[container.UncountedBit-C.DACC_STATE_UNCOUNTED]
 	_ = [1]struct{}{}[container.MaxShards-C.DACC_MAX_SHARDS]
@@ -40,6 +41,7 @@ var (
 	_ = [1]struct{}{}[unsafe.Offsetof(container.View{}.ShardBits)-unsafe.Offsetof(C.dacc_view{}.shard_bits)]
 	_ = [1]struct{}{}[unsafe.Offsetof(container.View{}.Clock)-unsafe.Offsetof(C.dacc_view{}.clock)]
 	_ = [1]struct{}{}[unsafe.Offsetof(container.View{}.Buckets)-unsafe.Offsetof(C.dacc_view{}.buckets)]
+	_ = [1]struct{}{}[unsafe.Offsetof(container.View{}.Slabs)-unsafe.Offsetof(C.dacc_view{}.slabs)]
 )
 
 //export dacgo_view
