@@ -84,54 +84,17 @@ int dacgo_testing_age_record(uint64_t h, uint32_t generation, dacc_error_slot *e
 #endif
 
 /* The contexts, as Go's container publishes them for C (container/
-** records.go says why and how; export_records.go checks at compile time
-** that these layouts are Go's, field by field). Go writes, C reads: C looks
-** contexts up in the index, reads their ids and known workers, and takes
-** and drops references with the protocol of the state word; everything
-** else, the last reference of a released context included, goes to Go.
+** records.go says why and how; capi_layout.h, generated from Go's types,
+** declares them). Go writes, C reads: C looks contexts up in the index,
+** reads their ids and known workers, and takes and drops references with
+** the protocol of the state word (docs/state-word.md); everything else,
+** the last reference of a released context included, goes to Go.
 ** dacgo_view gives the view once the container exists; it, the records and
 ** every bucket array stay mapped for the life of the process. */
-#define DACC_INLINE_WORKERS 8
-/* Records come in slabs of 1 << DACC_SLAB_BITS, each mapped once and never
-** moved: slab k holds the records of indexes k << DACC_SLAB_BITS on, and a
-** slab that exists reads as records everywhere (zeros, generation 0, where
-** never used), never as unmapped memory. */
-#define DACC_SLAB_BITS 20
-#define DACC_SLAB_MASK ((1u << DACC_SLAB_BITS) - 1)
-#define DACC_MAX_SLABS (1u << (32 - DACC_SLAB_BITS))
+#include "capi_layout.h"
 /* What dacgo_context_ref returns when the state word moved under it and
 ** the caller should try its fast path again (never a status). */
 #define DACC_RETRY (-1)
-#define DACC_MAX_SHARDS 256
-#define DACC_STATE_LISTED ((uint64_t)1 << 31)
-#define DACC_STATE_UNCOUNTED ((uint64_t)1 << 30) /* a reference may be held uncounted (capi.c) */
-#define DACC_STATE_REFS (DACC_STATE_UNCOUNTED - 1)
-
-typedef struct dacc_record {
-	uint64_t state;     /* generation << 32 | listed << 31 | uncounted << 30 | counted references */
-	int64_t id;         /* written before state lists the record */
-	uint32_t next;      /* bucket chain: index+1 of the next record, 0: end */
-	uint32_t nworkers;  /* known workers; the first DACC_INLINE_WORKERS below */
-	uint16_t workers[DACC_INLINE_WORKERS];
-	int64_t last_used;  /* coarse clock, for the reaper */
-	uint64_t host_value;
-	uintptr_t host_drop;
-} dacc_record;
-
-typedef struct dacc_buckets {
-	uint64_t mask;
-	uint64_t changes; /* odd while Go rewrites a link a reader may follow */
-	uint32_t heads[]; /* mask+1 chain heads: index+1 of a record, 0: empty */
-} dacc_buckets;
-
-typedef struct dacc_view {
-	uintptr_t records;    /* record 0: slab 0; a handle is generation << 32 | index */
-	uint64_t shard_mask;  /* shard of id: id & shard_mask */
-	uint64_t shard_bits;
-	uintptr_t clock;      /* the coarse clock: an int64_t of milliseconds */
-	uintptr_t buckets[DACC_MAX_SHARDS]; /* each shard's dacc_buckets */
-	uintptr_t slabs[DACC_MAX_SLABS];    /* record k << DACC_SLAB_BITS; 0: no such slab yet */
-} dacc_view;
 
 /* Slab 0's address, from the view (capi.c): 0 until the view is known, and
 ** again in a forked child. Most handles' records are there, found without
@@ -213,8 +176,8 @@ static inline __attribute__((always_inline)) int dacc_owns(uint64_t h) {
 /* The coarse clock (clock.c): dacc_clock_start starts the thread that
 ** advances *word every tick_ms from start, 0 if it started; a reader that
 ** finds the word DACC_CLOCK_ASLEEP calls dacc_clock_wake, which returns the
-** current time and has the thread tick again. Times are never negative. */
-#define DACC_CLOCK_ASLEEP (-1)
+** current time and has the thread tick again (DACC_CLOCK_ASLEEP is
+** capi_layout.h's). Times are never negative. */
 int dacc_clock_start(int64_t *word, int64_t start, int64_t tick_ms);
 int64_t dacc_clock_wake(void);
 /* CLOCK_MONOTONIC in milliseconds. */

@@ -27,7 +27,7 @@ const clockTick = 10 * time.Millisecond
 type ClockDriver func(word *atomic.Int64, start int64, tick time.Duration) (wake func() int64)
 
 // ClockAsleep is what the coarse clock's word holds while its driver
-// sleeps (capi_internal.h: DACC_CLOCK_ASLEEP).
+// sleeps (capi_layout.h: DACC_CLOCK_ASLEEP).
 const ClockAsleep = -1
 
 var (

@@ -145,7 +145,7 @@ const initialBuckets = 64
 
 func (c *Container) shard(id int64) *indexShard { return &c.shards[id&c.mask] }
 
-// View returns what the container publishes for C (capi_internal.h:
+// View returns what the container publishes for C (capi_layout.h:
 // dacc_view), valid for the life of the process.
 func (c *Container) View() unsafe.Pointer { return unsafe.Pointer(c.view) }
 

@@ -36,8 +36,8 @@ import (
 // process; a container made by New and dropped gives its memory back when
 // it is garbage: mappings.)
 
-// Record is one context as the C ABI sees it (capi_internal.h declares the
-// same layout as dacc_record; export_records.go checks it at compile time).
+// Record is one context as the C ABI sees it (capi_layout.h declares it to
+// C as dacc_record, generated from this type by cmd/dacgen).
 // 64 bytes: one cache line.
 type Record struct {
 	// State is the generation (high 32 bits), the listed bit (bit 31: the
@@ -80,6 +80,8 @@ const (
 	stateRefMask   = stateUncounted - 1
 	// MaxRefs is the most references one context's state word can count.
 	MaxRefs = stateRefMask
+	// ListedBit is the state word's listed bit.
+	ListedBit = stateListed
 	// UncountedBit is the state word's uncounted bit (see UncountedRefs).
 	UncountedBit = stateUncounted
 )
@@ -121,7 +123,7 @@ const (
 	chunksPerSlab = slabRecords / recordChunk
 )
 
-// View is what a Container publishes for C, outside the Go heap (capi_internal.h:
+// View is what a Container publishes for C, outside the Go heap (capi_layout.h:
 // dacc_view). C reads it without locks; Go writes Buckets when an index
 // grows, everything else once.
 type View struct {
@@ -140,7 +142,7 @@ type View struct {
 const MaxShards = 256
 
 // Buckets is the head of an index shard's bucket array, outside the Go
-// heap (capi_internal.h: dacc_buckets): the mask, the chains' change count,
+// heap (capi_layout.h: dacc_buckets): the mask, the chains' change count,
 // then mask+1 chain heads (index+1 of a record, 0: empty) from
 // BucketsHeadsOffset.
 type Buckets struct {
