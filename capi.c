@@ -522,7 +522,8 @@ static __attribute__((noinline)) void for_go(uint64_t h) {
 /* What acquire found. */
 enum { DACC_UNDECIDED = 0, DACC_ACQUIRED = 1, DACC_ABSENT = 2 };
 
-/* Takes a reference to the context listed under id, without entering Go:
+/* Takes a reference to the context listed under id, without entering Go
+** (docs/state-word.md: the transitions of a lookup):
 ** DACC_ACQUIRED and its handle, DACC_ABSENT (no context is stored under id:
 ** a settled miss), or DACC_UNDECIDED (Go decides). The reference is taken
 ** by one compare-and-swap of the state word that requires it to be

@@ -13,9 +13,9 @@ import (
 // holds: it creates records, links them into the index, unlists them on
 // release and recycles them. The C side only reads (lookups, ids, known
 // workers) and takes and drops references with the protocol of the state
-// word (Record.State), or holds them uncounted, one per thread, where the
-// record's life is marked (UncountedRefs); the one transition it leaves to
-// Go is the last one, the death of a record, so that everything a death
+// word (docs/state-word.md), or holds them uncounted, one per thread, where
+// the record's life is marked (UncountedRefs); the one transition it leaves
+// to Go is the last one, the death of a record, so that everything a death
 // does (dropping the host's value, recycling) is written once, here.
 //
 // Every context has one record for as long as it lives: from its creation
@@ -43,8 +43,8 @@ type Record struct {
 	// State is the generation (high 32 bits), the listed bit (bit 31: the
 	// context is in the container), the uncounted bit (bit 30: a reference to
 	// this life may be held uncounted, see UncountedRefs) and the number of
-	// references counted here (low 30 bits). Neither listed nor
-	// referenced, counted or uncounted: dead.
+	// references counted here (low 30 bits). docs/state-word.md is its
+	// protocol: every state, and who moves it to which, by which operation.
 	State atomic.Uint64
 	// ID is the context id, written before State makes the record listed.
 	ID atomic.Int64
