@@ -113,12 +113,14 @@ static inline void dacc_publish_records(const dacc_view *v) {
 /* The record at index, base being slab 0 (nonzero), or NULL if index is in
 ** a slab not made yet. */
 static inline __attribute__((always_inline)) dacc_record *dacc_record_at(uintptr_t base, uint32_t index) {
+	uintptr_t offset = (uintptr_t)index * sizeof(dacc_record); /* in slab 0: no mask to apply */
 	if (__builtin_expect(index > DACC_SLAB_MASK, 0)) {
 		base = __atomic_load_n(&dacc_slabs[index >> DACC_SLAB_BITS], __ATOMIC_ACQUIRE);
 		if (base == 0)
 			return NULL;
+		offset = (uintptr_t)(index & DACC_SLAB_MASK) * sizeof(dacc_record);
 	}
-	dacc_record *r = (dacc_record *)(base + (uintptr_t)(index & DACC_SLAB_MASK) * sizeof(dacc_record));
+	dacc_record *r = (dacc_record *)(base + offset);
 	if (r == NULL) /* never: base is a mapping's address, and the offset is within it */
 		__builtin_unreachable(); /* so callers' NULL tests fold away */
 	return r;
