@@ -73,7 +73,7 @@ extern "C" {
 #define DAC_ERR_ALREADY_HAS_CONTEXT 6 /* this thread already has a current context */
 #define DAC_ERR_EXHAUSTED 7           /* an id counter reached max_id */
 #define DAC_ERR_BAD_HANDLE 8          /* a dead or never-issued context handle */
-#define DAC_ERR_LIMIT 9               /* a configured limit was reached */
+#define DAC_ERR_LIMIT 9               /* a configured limit was reached, or memory refused */
 #define DAC_ERR_FORKED 10             /* called in a child after fork() */
 #define DAC_ERR_INTERNAL 11           /* a bug in distautograd, caught at the boundary */
 #define DAC_ERR_UNSUPPORTED 12        /* not available in this build */
