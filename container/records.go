@@ -22,11 +22,12 @@ import (
 // until it is out of the container and no handle refers to it. A handle is
 // the record's index and its generation, so a handle outlives its record
 // safely: once the record dies its generation moves on, and the handle is
-// recognised as dead however the record is reused.
+// recognised as dead however the record is reused (and a record out of
+// generations is retired: nextGen).
 //
 // Reclaiming what C may be reading: record memory is never returned while
-// the container lives (a reserved region, committed as it grows, so a
-// record's address is fixed), and an index's bucket array replaced by a
+// the container lives (slabs, each a reserved region committed as it fills,
+// made as the records grow, so a record's address is fixed), and an index's bucket array replaced by a
 // larger one is kept, not freed (they grow by doubling, so the retired ones
 // take at most as much as the live one). A C reader can therefore always
 // read what it reached; what it read may be stale, and every read it acts
