@@ -393,8 +393,10 @@ int dac_clear_current_context(void) {
 ** from Go on first use; NULL until dac_init, and every fast path below then
 ** goes to Go, which says DAC_ERR_NOT_INITIALIZED. */
 static dacc_view *g_view;
-/* The records' address, from the view: the one load a handle's fast path
-** starts from (0 until the view is fetched, and again in a forked child). */
+/* The records' address (slab 0's), from the view: the one load a handle's
+** fast path starts from (0 until the view is fetched, and again in a forked
+** child); and the view's table of slabs, for the records past slab 0
+** (capi_internal.h: dacc_record_at). */
 uintptr_t dacc_records;
 const uintptr_t *dacc_slabs;
 
