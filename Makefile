@@ -12,7 +12,7 @@ LIB     := $(BUILD)/libdistautograd.so
 # What every build of the library depends on, tests aside: the one list
 # (the Go tests that check a build is current ask `make -s library-sources`).
 GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/layout/*.go))
-CSRC    := capi.c $(wildcard csrc/*.c) clock.c uncounted.c capi_internal.h capi_status.h include/distautograd.h libdistautograd.map
+CSRC    := capi.c $(wildcard csrc/*.c) clock.c uncounted.c capi_internal.h capi_status.h capi_layout.h include/distautograd.h libdistautograd.map
 LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay
 # Every build of the library takes four lines of Go's runtime from this
 # overlay, for C threads that call into Go (scripts/go-runtime-overlay says
@@ -215,7 +215,7 @@ bench: all ## distautograd against the native component (C, C++, Python, torch l
 	@if [ -f $(TORCH_IMPL) ]; then $(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS); else echo "bench: no torch backend built: no torch rows"; fi
 	$(GO) run ./bench -from $(BUILD)/bench.json -readme README.md
 
-generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h
+generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h; from container/'s types: capi_layout.h
 	$(GO) run ./cmd/dacgen
 
 clean: ## remove build outputs

@@ -82,69 +82,60 @@ int dacgo_context_host_value(uint64_t h, uint64_t *out, dacc_error_slot *e);
 #ifdef DACC_TESTING
 int dacgo_testing_set_counter_offsets(int64_t ctx_offset, int64_t msg_offset, dacc_error_slot *e);
 void dacgo_testing_go_calls(int64_t *out);
+int dacgo_testing_age_record(uint64_t h, uint32_t generation, dacc_error_slot *e);
 #endif
 
 /* The contexts, as Go's container publishes them for C (container/
-** records.go says why and how; export_records.go checks at compile time
-** that these layouts are Go's, field by field). Go writes, C reads: C looks
-** contexts up in the index, reads their ids and known workers, and takes
-** and drops references with the protocol of the state word; everything
-** else, the last reference of a released context included, goes to Go.
+** records.go says why and how; capi_layout.h, generated from Go's types,
+** declares them). Go writes, C reads: C looks contexts up in the index,
+** reads their ids and known workers, and takes and drops references with
+** the protocol of the state word (docs/state-word.md); everything else,
+** the last reference of a released context included, goes to Go.
 ** dacgo_view gives the view once the container exists; it, the records and
 ** every bucket array stay mapped for the life of the process. */
-#define DACC_INLINE_WORKERS 8
-/* Records are reserved readable up to this many: an index below it reads a
-** record (zeros, generation 0, if never used), never unmapped memory. */
-#define DACC_MAX_RECORDS (1u << 22)
+#include "capi_layout.h"
 /* What dacgo_context_ref returns when the state word moved under it and
 ** the caller should try its fast path again (never a status). */
 #define DACC_RETRY (-1)
-#define DACC_MAX_SHARDS 256
-#define DACC_STATE_LISTED ((uint64_t)1 << 31)
-#define DACC_STATE_UNCOUNTED ((uint64_t)1 << 30) /* a reference may be held uncounted (capi.c) */
-#define DACC_STATE_REFS (DACC_STATE_UNCOUNTED - 1)
 
-typedef struct dacc_record {
-	uint64_t state;     /* generation << 32 | listed << 31 | uncounted << 30 | counted references */
-	int64_t id;         /* written before state lists the record */
-	uint32_t next;      /* bucket chain: index+1 of the next record, 0: end */
-	uint32_t nworkers;  /* known workers; the first DACC_INLINE_WORKERS below */
-	uint16_t workers[DACC_INLINE_WORKERS];
-	int64_t last_used;  /* coarse clock, for the reaper */
-	uint64_t host_value;
-	uintptr_t host_drop;
-} dacc_record;
-
-typedef struct dacc_buckets {
-	uint64_t mask;
-	uint64_t changes; /* odd while Go rewrites a link a reader may follow */
-	uint32_t heads[]; /* mask+1 chain heads: index+1 of a record, 0: empty */
-} dacc_buckets;
-
-typedef struct dacc_view {
-	uintptr_t records;    /* record 0; a handle is generation << 32 | index */
-	uint64_t shard_mask;  /* shard of id: id & shard_mask */
-	uint64_t shard_bits;
-	uintptr_t clock;      /* the coarse clock: an int64_t of milliseconds */
-	uintptr_t buckets[DACC_MAX_SHARDS]; /* each shard's dacc_buckets */
-} dacc_view;
-
-/* The records' address, from the view (capi.c): 0 until the view is
-** known, and again in a forked child. */
+/* Slab 0's address, from the view (capi.c): 0 until the view is known, and
+** again in a forked child. Most handles' records are there, found without
+** a load from the table of slabs. */
 extern uintptr_t dacc_records __attribute__((visibility("hidden")));
+/* The view's table of slabs: set before dacc_records, and read only by a
+** reader that found dacc_records set, so a plain read sees it. */
+extern const uintptr_t *dacc_slabs __attribute__((visibility("hidden")));
 
-/* The record a handle names among the records at base, and its
-** generation; NULL if base is 0 or the index is past every record. A leaf:
-** no call, so dac_context_id's fast path stays one too. */
-static inline __attribute__((always_inline)) dacc_record *dacc_record_of(uintptr_t base, uint64_t h, uint32_t *gen) {
-	uint32_t index = (uint32_t)h;
-	if (__builtin_expect(base == 0 || index >= DACC_MAX_RECORDS, 0))
-		return NULL;
-	*gen = (uint32_t)(h >> 32);
-	dacc_record *r = (dacc_record *)(base + (uintptr_t)index * sizeof(dacc_record));
-	if (r == NULL) /* never: base is a mapping's address, and the index is bounded */
+/* Publishes a view's records to the readers above (capi.c, once). */
+static inline void dacc_publish_records(const dacc_view *v) {
+	__atomic_store_n(&dacc_slabs, v->slabs, __ATOMIC_RELAXED);
+	__atomic_store_n(&dacc_records, v->records, __ATOMIC_RELEASE);
+}
+
+/* The record at index, base being slab 0 (nonzero), or NULL if index is in
+** a slab not made yet. */
+static inline __attribute__((always_inline)) dacc_record *dacc_record_at(uintptr_t base, uint32_t index) {
+	uintptr_t offset = (uintptr_t)index * sizeof(dacc_record); /* in slab 0: no mask to apply */
+	if (__builtin_expect(index > DACC_SLAB_MASK, 0)) {
+		base = __atomic_load_n(&dacc_slabs[index >> DACC_SLAB_BITS], __ATOMIC_ACQUIRE);
+		if (base == 0)
+			return NULL;
+		offset = (uintptr_t)(index & DACC_SLAB_MASK) * sizeof(dacc_record);
+	}
+	dacc_record *r = (dacc_record *)(base + offset);
+	if (r == NULL) /* never: base is a mapping's address, and the offset is within it */
 		__builtin_unreachable(); /* so callers' NULL tests fold away */
 	return r;
+}
+
+/* The record a handle names, base being slab 0, and its generation; NULL
+** if base is 0 or the index is in no slab. A leaf: no call, so
+** dac_context_id's fast path stays one too. */
+static inline __attribute__((always_inline)) dacc_record *dacc_record_of(uintptr_t base, uint64_t h, uint32_t *gen) {
+	if (__builtin_expect(base == 0, 0))
+		return NULL;
+	*gen = (uint32_t)(h >> 32);
+	return dacc_record_at(base, (uint32_t)h);
 }
 
 /* ---- Uncounted references (uncounted.c says why and how) ----
@@ -189,8 +180,8 @@ static inline __attribute__((always_inline)) int dacc_owns(uint64_t h) {
 /* The coarse clock (clock.c): dacc_clock_start starts the thread that
 ** advances *word every tick_ms from start, 0 if it started; a reader that
 ** finds the word DACC_CLOCK_ASLEEP calls dacc_clock_wake, which returns the
-** current time and has the thread tick again. Times are never negative. */
-#define DACC_CLOCK_ASLEEP (-1)
+** current time and has the thread tick again (DACC_CLOCK_ASLEEP is
+** capi_layout.h's). Times are never negative. */
 int dacc_clock_start(int64_t *word, int64_t start, int64_t tick_ms);
 int64_t dacc_clock_wake(void);
 /* CLOCK_MONOTONIC in milliseconds. */

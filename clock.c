@@ -4,15 +4,15 @@
 **
 ** A plain thread, not a goroutine, so that its ticks never wake Go's
 ** scheduler beside the host's calls. And it sleeps when nobody needs the
-** time: after DACC_CLOCK_AWAKE_TICKS ticks since it was last woken it
-** writes DACC_CLOCK_ASLEEP into the word and waits, so that a process whose
-** contexts sit unused is not woken a hundred times a second for ever. A
+** time: DACC_CLOCK_AWAKE_MS after it was last woken it writes
+** DACC_CLOCK_ASLEEP into the word and waits, so that a process whose
+** contexts sit unused is not woken every tick for ever. A
 ** reader that finds the word asleep wakes it (dacc_clock_wake): it reads
 ** the monotonic clock itself, puts the time into the word by one
 ** compare-and-swap from DACC_CLOCK_ASLEEP, and signals the thread, which
 ** ticks again. So every time a reader records is current, asleep or not,
-** and a reader busy all the time pays one wake per DACC_CLOCK_AWAKE_TICKS
-** ticks (once a second). */
+** and a reader busy all the time pays one wake per DACC_CLOCK_AWAKE_MS
+** (once a second). */
 #define _GNU_SOURCE /* pthread_setname_np */
 #include <pthread.h>
 #include <signal.h>
@@ -22,12 +22,15 @@
 
 #include "capi_internal.h"
 
-/* One second of 10 ms ticks (the tick is Go's, container/clock.go). */
-#define DACC_CLOCK_AWAKE_TICKS 100
+/* How long the thread ticks after a wake before it sleeps. The tick is
+** Go's (container/clock.go: clockTick), given to dacc_clock_start: this
+** file assumes none. */
+#define DACC_CLOCK_AWAKE_MS 1000
 
 static int64_t *clock_word;   /* set once, before the thread starts */
 static int64_t clock_base;    /* monotonic ms at which the word reads 0 */
 static struct timespec clock_tick;
+static int64_t clock_awake_ticks; /* DACC_CLOCK_AWAKE_MS in ticks, at least 1 */
 /* Only the thread going to sleep and a reader waking it take these: a
 ** signal sent under the mutex cannot fall between the sleeper's check of
 ** the word and its wait. */
@@ -51,7 +54,7 @@ static void *clock_run(void *arg) {
 		** the time and its compare-and-swap may have put in a time that was
 		** already old. */
 		__atomic_store_n(clock_word, clock_now(), __ATOMIC_RELAXED);
-		for (int i = 0; i < DACC_CLOCK_AWAKE_TICKS; i++) {
+		for (int64_t i = 0; i < clock_awake_ticks; i++) {
 			nanosleep(&clock_tick, NULL);
 			__atomic_store_n(clock_word, clock_now(), __ATOMIC_RELAXED);
 		}
@@ -68,6 +71,7 @@ int dacc_clock_start(int64_t *word, int64_t start, int64_t tick_ms) {
 	clock_word = word;
 	clock_base = dacc_monotonic_ms() - start;
 	clock_tick = (struct timespec){tick_ms / 1000, (tick_ms % 1000) * 1000000};
+	clock_awake_ticks = tick_ms > 0 && tick_ms < DACC_CLOCK_AWAKE_MS ? DACC_CLOCK_AWAKE_MS / tick_ms : 1;
 	/* Every blockable signal blocked in the thread: a process-directed
 	** signal is never handled on the library's thread. */
 	sigset_t all, old;

@@ -39,3 +39,20 @@ func dacgo_testing_set_counter_offsets(ctxOffset, msgOffset C.int64_t, e *C.dacc
 	proc.SetOptions(container.WithCounterOffsets(int64(ctxOffset), int64(msgOffset)))
 	return 0
 }
+
+// dacgo_testing_age_record is the Go side of capi.c's dactest_age_record
+// (the testing build only): the dead record of handle h moves on to
+// generation, as if it had lived that many more lives.
+//
+//export dacgo_testing_age_record
+func dacgo_testing_age_record(h C.uint64_t, generation C.uint32_t, e *C.dacc_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	if err := c.AgeRecord(uint64(h), uint32(generation)); err != nil {
+		return fail(e, err)
+	}
+	return 0
+}

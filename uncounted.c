@@ -1,4 +1,6 @@
-/* uncounted.c: the references threads hold uncounted.
+/* uncounted.c: the references threads hold uncounted (the state word's
+** protocol, whose uncounted bit and settle this file keeps, is
+** docs/state-word.md's).
 **
 ** Every thread of a backward pass looks up the pass's one context, again
 ** and again. Were each lookup to take its reference on the record's state

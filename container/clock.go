@@ -13,7 +13,9 @@ import (
 // a coarse clock instead: milliseconds since process start, in a word
 // outside the Go heap (C's lookups store it too), advanced every clockTick
 // from the first container's creation on, while anyone reads it (a driver
-// may let it sleep in between: ClockDriver).
+// may let it sleep in between: ClockDriver). The tick is this constant's
+// alone: a driver is given it, and TestDocumentedResolutionIsTheTick holds
+// what the header and the Python package tell of it to it.
 const clockTick = 10 * time.Millisecond
 
 // ClockDriver advances the coarse clock: it starts something that stores,
@@ -27,7 +29,7 @@ const clockTick = 10 * time.Millisecond
 type ClockDriver func(word *atomic.Int64, start int64, tick time.Duration) (wake func() int64)
 
 // ClockAsleep is what the coarse clock's word holds while its driver
-// sleeps (capi_internal.h: DACC_CLOCK_ASLEEP).
+// sleeps (capi_layout.h: DACC_CLOCK_ASLEEP).
 const ClockAsleep = -1
 
 var (

@@ -1,9 +1,32 @@
 package container
 
 import (
+	"os"
+	"regexp"
+	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 )
+
+// The tick is clockTick's alone: clock.c takes it as an argument, and what
+// the header and the Python package tell the host of the reaper's
+// resolution must be it.
+func TestDocumentedResolutionIsTheTick(t *testing.T) {
+	for _, path := range []string{"../include/distautograd.h", "../python_bindings/distautograd/_fanout.py"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`resolution[^0-9]{0,20}about (\d+) ms`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("%s states no resolution of the reaper (\"resolution ... about N ms\")", path)
+		}
+		if n, _ := strconv.Atoi(string(m[1])); time.Duration(n)*time.Millisecond != clockTick {
+			t.Errorf("%s: the reaper's resolution is about %d ms, but the clock ticks every %v", path, n, clockTick)
+		}
+	}
+}
 
 // A reader of the coarse clock gets the word's time, or, from a clock
 // asleep, the time its driver's wake returns (and only then calls it).

@@ -14,7 +14,7 @@ const (
 	ErrAlreadyHasContext  Code = 6  // this thread already has a current context
 	ErrExhausted          Code = 7  // an id counter reached max_id
 	ErrBadHandle          Code = 8  // a dead or never-issued context handle
-	ErrLimit              Code = 9  // a configured limit was reached
+	ErrLimit              Code = 9  // a configured limit was reached, or memory refused
 	ErrForked             Code = 10 // called in a child after fork()
 	ErrInternal           Code = 11 // a bug in distautograd, caught at the boundary
 	ErrUnsupported        Code = 12 // not available in this build

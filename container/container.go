@@ -114,15 +114,14 @@ func New(workerID int64, opts ...Option) (*Container, error) {
 // initStorage maps the records and the view C reads, and makes the shards.
 func (c *Container) initStorage() error {
 	n := 1 << bits.Len(uint(min(max(1, c.shardCount), MaxShards)-1))
-	if err := c.recs.init(c.maps); err != nil {
-		return err
-	}
 	p, err := c.maps.offHeap(int(unsafe.Sizeof(View{})), syscall.PROT_READ|syscall.PROT_WRITE)
 	if err != nil {
 		return err
 	}
 	c.view = (*View)(p)
-	c.view.Records = uintptr(c.recs.base)
+	if err := c.recs.init(c.maps, c.view); err != nil {
+		return err
+	}
 	c.view.ShardMask = uint64(n - 1)
 	c.view.ShardBits = uint64(bits.TrailingZeros(uint(n)))
 	c.view.Clock = uintptr(unsafe.Pointer(clockWord()))
@@ -146,7 +145,7 @@ const initialBuckets = 64
 
 func (c *Container) shard(id int64) *indexShard { return &c.shards[id&c.mask] }
 
-// View returns what the container publishes for C (capi_internal.h:
+// View returns what the container publishes for C (capi_layout.h:
 // dacc_view), valid for the life of the process.
 func (c *Container) View() unsafe.Pointer { return unsafe.Pointer(c.view) }
 

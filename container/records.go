@@ -13,20 +13,21 @@ import (
 // holds: it creates records, links them into the index, unlists them on
 // release and recycles them. The C side only reads (lookups, ids, known
 // workers) and takes and drops references with the protocol of the state
-// word (Record.State), or holds them uncounted, one per thread, where the
-// record's life is marked (UncountedRefs); the one transition it leaves to
-// Go is the last one, the death of a record, so that everything a death
+// word (docs/state-word.md), or holds them uncounted, one per thread, where
+// the record's life is marked (UncountedRefs); the one transition it leaves
+// to Go is the last one, the death of a record, so that everything a death
 // does (dropping the host's value, recycling) is written once, here.
 //
 // Every context has one record for as long as it lives: from its creation
 // until it is out of the container and no handle refers to it. A handle is
 // the record's index and its generation, so a handle outlives its record
 // safely: once the record dies its generation moves on, and the handle is
-// recognised as dead however the record is reused.
+// recognised as dead however the record is reused (and a record out of
+// generations is retired: nextGen).
 //
 // Reclaiming what C may be reading: record memory is never returned while
-// the container lives (a reserved region, committed as it grows, so a
-// record's address is fixed), and an index's bucket array replaced by a
+// the container lives (slabs, each a reserved region committed as it fills,
+// made as the records grow, so a record's address is fixed), and an index's bucket array replaced by a
 // larger one is kept, not freed (they grow by doubling, so the retired ones
 // take at most as much as the live one). A C reader can therefore always
 // read what it reached; what it read may be stale, and every read it acts
@@ -36,15 +37,15 @@ import (
 // process; a container made by New and dropped gives its memory back when
 // it is garbage: mappings.)
 
-// Record is one context as the C ABI sees it (capi_internal.h declares the
-// same layout as dacc_record; export_records.go checks it at compile time).
+// Record is one context as the C ABI sees it (capi_layout.h declares it to
+// C as dacc_record, generated from this type by cmd/dacgen).
 // 64 bytes: one cache line.
 type Record struct {
 	// State is the generation (high 32 bits), the listed bit (bit 31: the
 	// context is in the container), the uncounted bit (bit 30: a reference to
 	// this life may be held uncounted, see UncountedRefs) and the number of
-	// references counted here (low 30 bits). Neither listed nor
-	// referenced, counted or uncounted: dead.
+	// references counted here (low 30 bits). docs/state-word.md is its
+	// protocol: every state, and who moves it to which, by which operation.
 	State atomic.Uint64
 	// ID is the context id, written before State makes the record listed.
 	ID atomic.Int64
@@ -80,6 +81,8 @@ const (
 	stateRefMask   = stateUncounted - 1
 	// MaxRefs is the most references one context's state word can count.
 	MaxRefs = stateRefMask
+	// ListedBit is the state word's listed bit.
+	ListedBit = stateListed
 	// UncountedBit is the state word's uncounted bit (see UncountedRefs).
 	UncountedBit = stateUncounted
 )
@@ -88,13 +91,11 @@ func stateGen(st uint64) uint32    { return uint32(st >> 32) }
 func stateRefs(st uint64) uint64   { return st & stateRefMask }
 func stateListedOf(st uint64) bool { return st&stateListed != 0 }
 
-// nextGen is the generation after g: never 0, so that 0 is never a handle.
-func nextGen(g uint32) uint32 {
-	if g++; g == 0 {
-		g = 1
-	}
-	return g
-}
+// nextGen is the generation after g. After the last it is 0, which no
+// handle has: the record is retired, never reused (die), so that no handle
+// of an earlier life ever names a later one, as a generation that wrapped
+// would after 2^32-1 lives. A retired record costs its 64 bytes.
+func nextGen(g uint32) uint32 { return g + 1 }
 
 // Handle returns the handle of the record at index in generation gen.
 func Handle(index uint32, gen uint32) uint64 { return uint64(gen)<<32 | uint64(index) }
@@ -104,30 +105,45 @@ func SplitHandle(h uint64) (index uint32, gen uint32) { return uint32(h), uint32
 
 const (
 	recordSize = int(unsafe.Sizeof(Record{}))
-	// MaxRecords bounds how many contexts can be alive at once (listed or
-	// referenced): 2^22, a 256 MiB reservation of address space, committed
-	// as it is used.
-	MaxRecords = 1 << 22
+	// SlabBits: records come in slabs of 1<<SlabBits, each a region of
+	// its own (64 MiB of address space, reserved when the slab is first
+	// needed and committed recordChunk records at a time), so that the
+	// records grow while memory allows and none ever moves: C reads a
+	// record at a fixed address from a handle's index alone.
+	SlabBits    = 20
+	slabRecords = 1 << SlabBits
+	slabMask    = slabRecords - 1
+	// MaxSlabs is as many slabs as a handle's 32-bit index can name.
+	MaxSlabs = 1 << (32 - SlabBits)
+	// MaxRecords is the handle format's bound on contexts alive at once
+	// (listed or referenced): every 32-bit index but the last, as the
+	// chains store index+1. Memory runs out long before (64 bytes each).
+	MaxRecords = MaxSlabs*slabRecords - 1
 	// recordChunk is how many records are committed at a time (64 KiB).
-	recordChunk = 1024
+	recordChunk   = 1024
+	chunksPerSlab = slabRecords / recordChunk
 )
 
-// View is what a Container publishes for C, outside the Go heap (capi_internal.h:
+// View is what a Container publishes for C, outside the Go heap (capi_layout.h:
 // dacc_view). C reads it without locks; Go writes Buckets when an index
 // grows, everything else once.
 type View struct {
-	Records   uintptr // address of record 0
+	Records   uintptr // address of record 0: slab 0, where most handles' records are
 	ShardMask uint64  // shards - 1
 	ShardBits uint64  // log2(shards)
 	Clock     uintptr // address of the coarse clock (an int64 of milliseconds)
 	Buckets   [MaxShards]atomic.Uintptr
+	// Slabs[k] is the address of record k<<SlabBits, 0 until that slab is
+	// made (a handle's index with none is no live handle's). Written once
+	// each, before any record in the slab is handed out.
+	Slabs [MaxSlabs]atomic.Uintptr
 }
 
 // MaxShards bounds the shards of a Container.
 const MaxShards = 256
 
 // Buckets is the head of an index shard's bucket array, outside the Go
-// heap (capi_internal.h: dacc_buckets): the mask, the chains' change count,
+// heap (capi_layout.h: dacc_buckets): the mask, the chains' change count,
 // then mask+1 chain heads (index+1 of a record, 0: empty) from
 // BucketsHeadsOffset.
 type Buckets struct {
@@ -156,15 +172,21 @@ func bucketOf(id int64, shardBits uint, mask uint64) uint64 {
 	return ((u >> shardBits) ^ (u >> AutoIncrementBits)) & mask
 }
 
-// recordTable is the record region and the Go side of each record: the
+// recordTable is the record slabs and the Go side of each record: the
 // *Context it stands for.
 type recordTable struct {
-	base unsafe.Pointer // MaxRecords records, reserved; committed up to committed
+	slabs *[MaxSlabs]slab
+	maps  *mappings
+	view  *View // where C finds the slabs
 
 	mu        sync.Mutex // serializes growth
 	committed int        // records committed
 	used      atomic.Int64
-	ctxs      atomic.Pointer[[]*ctxChunk] // per chunk of recordChunk records
+}
+
+type slab struct {
+	recs atomic.Pointer[Record] // record 0 of the slab, off the Go heap; nil until made
+	ctxs atomic.Pointer[[chunksPerSlab]atomic.Pointer[ctxChunk]]
 }
 
 type ctxChunk [recordChunk]atomic.Pointer[Context]
@@ -217,56 +239,78 @@ func (m *mappings) unmapAll() {
 	m.regions = nil
 }
 
-func (t *recordTable) init(m *mappings) error {
-	// Readable from the start: C bounds a handle's index by MaxRecords, a
-	// constant, instead of loading how many records are committed; a record
-	// never committed reads as zeros, generation 0, which no handle has.
-	p, err := m.offHeap(MaxRecords*recordSize, syscall.PROT_READ)
+func (t *recordTable) init(m *mappings, v *View) error {
+	t.slabs = new([MaxSlabs]slab)
+	t.maps, t.view = m, v
+	if err := t.makeSlab(0); err != nil {
+		return err
+	}
+	v.Records = v.Slabs[0].Load()
+	return nil
+}
+
+// makeSlab maps slab k (t.mu held, or at init). Readable from the start: a
+// record never committed reads as zeros, generation 0, which no handle has,
+// so C needs no bound but the slab's presence.
+func (t *recordTable) makeSlab(k int) error {
+	p, err := t.maps.offHeap(slabRecords*recordSize, syscall.PROT_READ)
 	if err != nil {
 		return err
 	}
-	t.base = p
-	empty := []*ctxChunk{}
-	t.ctxs.Store(&empty)
+	sl := &t.slabs[k]
+	sl.ctxs.Store(new([chunksPerSlab]atomic.Pointer[ctxChunk]))
+	sl.recs.Store((*Record)(p))
+	t.view.Slabs[k].Store(uintptr(p))
 	return nil
 }
 
 // at returns the record at index (which must have been allocated).
 func (t *recordTable) at(index uint32) *Record {
-	return (*Record)(unsafe.Add(t.base, uintptr(index)*uintptr(recordSize)))
+	base := t.slabs[index>>SlabBits].recs.Load()
+	return (*Record)(unsafe.Add(unsafe.Pointer(base), uintptr(index&slabMask)*uintptr(recordSize)))
 }
 
 // ctxSlot returns where the *Context of the record at index is kept, or nil
 // if no such record was ever allocated.
 func (t *recordTable) ctxSlot(index uint32) *atomic.Pointer[Context] {
-	chunks := *t.ctxs.Load()
-	k := int(index / recordChunk)
-	if k >= len(chunks) {
+	chunks := t.slabs[index>>SlabBits].ctxs.Load()
+	if chunks == nil {
 		return nil
 	}
-	return &chunks[k][index%recordChunk]
+	chunk := chunks[(index&slabMask)/recordChunk].Load()
+	if chunk == nil {
+		return nil
+	}
+	return &chunk[index%recordChunk]
 }
 
 // grow allocates a fresh record (never used before) and returns its index.
+// Past the handle format's bound, or where the system refuses the memory,
+// it fails with ErrLimit.
 func (t *recordTable) grow() (uint32, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := int(t.used.Load())
 	if n >= MaxRecords {
-		return 0, Errorf(ErrLimit, "too many contexts alive at once (%d, listed or referenced by handles); release some or drop their handles", MaxRecords)
+		return 0, Errorf(ErrLimit, "too many contexts alive at once (%d, listed or referenced by handles: a handle's index has 32 bits); release some or drop their handles", MaxRecords)
 	}
 	if n == t.committed {
-		off := uintptr(t.committed) * uintptr(recordSize)
-		chunk := unsafe.Slice((*byte)(unsafe.Add(t.base, off)), recordChunk*recordSize)
+		k := n >> SlabBits
+		if t.slabs[k].recs.Load() == nil {
+			if err := t.makeSlab(k); err != nil {
+				return 0, err
+			}
+		}
+		base := unsafe.Pointer(t.slabs[k].recs.Load())
+		off := uintptr(n&slabMask) * uintptr(recordSize)
+		chunk := unsafe.Slice((*byte)(unsafe.Add(base, off)), recordChunk*recordSize)
 		if err := syscall.Mprotect(chunk, syscall.PROT_READ|syscall.PROT_WRITE); err != nil {
 			return 0, Errorf(ErrLimit, "cannot commit memory for contexts: %v", err)
 		}
 		for i := range recordChunk {
 			t.at(uint32(n + i)).State.Store(1 << 32) // generation 1, dead
 		}
-		old := *t.ctxs.Load()
-		grown := append(append(make([]*ctxChunk, 0, len(old)+1), old...), new(ctxChunk))
-		t.ctxs.Store(&grown)
+		t.slabs[k].ctxs.Load()[(n&slabMask)/recordChunk].Store(new(ctxChunk))
 		t.committed += recordChunk
 	}
 	t.used.Store(int64(n + 1))
@@ -518,7 +562,9 @@ func (c *Container) die(s *indexShard, r *Record, idx uint32) PendingDrop {
 	if r.HostValue.Load() != 0 { // the drop is set after the value, if at all
 		d = PendingDrop{Fn: r.HostDrop.Swap(0), Value: r.HostValue.Swap(0)}
 	}
-	c.freeRecord(s, r, idx)
+	if stateGen(r.State.Load()) != 0 { // 0: retired (nextGen)
+		c.freeRecord(s, r, idx)
+	}
 	return d
 }
 
@@ -705,4 +751,26 @@ func (c *Container) HostValue(h uint64) (uint64, error) {
 		return 0, errBadHandle(h)
 	}
 	return r.HostValue.Load(), nil
+}
+
+// AgeRecord moves the dead record that handle h named on to generation
+// gen, as if it had lived and died that many more times, so that a test
+// reaches the last generation without 2^32 lives (the C ABI offers it only
+// in builds with the dac_testing tag). The record must be dead and not
+// retired, and gen no earlier than its generation.
+func (c *Container) AgeRecord(h uint64, gen uint32) error {
+	idx, hgen := SplitHandle(h)
+	if hgen == 0 || int64(idx) >= c.recs.used.Load() {
+		return errBadHandle(h)
+	}
+	r := c.recs.at(idx)
+	s := c.shard(r.ID.Load()) // a dead record is in the free list of its last id's shard
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := r.State.Load()
+	if uint32(st) != 0 || stateGen(st) == 0 || gen < stateGen(st) {
+		return Errorf(ErrInvalidArgument, "record %d (state %#x) is not dead, or is retired, or is past generation %d", idx, st, gen)
+	}
+	r.State.Store(uint64(gen) << 32)
+	return nil
 }

@@ -250,3 +250,45 @@ func TestReleaseWithWorkersOfAHandleContext(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, done)
 }
+
+// A record whose generation would wrap is retired, never reused: a handle
+// of its first life stays dead for good. Before, generation 2^32-1 was
+// followed by 1, and a handle of generation 1 named the next context.
+func TestRecordRetiredAtLastGeneration(t *testing.T) {
+	c := newContainer(t)
+	h1, err := c.GetOrCreateContextHandle(first3)
+	require.NoError(t, err)
+	require.True(t, c.ReleaseContextIfPresent(nil, first3))
+	done, err := c.UnrefLast(h1)
+	require.NoError(t, err)
+	require.True(t, done)
+	idx, gen := container.SplitHandle(h1)
+	require.Equal(t, uint32(1), gen)
+
+	// As after 2^32-3 more lives of the record. (One id throughout: a
+	// shard's free list is its own.)
+	require.NoError(t, c.AgeRecord(h1, ^uint32(0)))
+	last, err := c.GetOrCreateContextHandle(first3)
+	require.NoError(t, err)
+	lastIdx, lastGen := container.SplitHandle(last)
+	require.Equal(t, idx, lastIdx, "the free record is reused up to its last generation")
+	require.Equal(t, ^uint32(0), lastGen)
+	require.True(t, c.ReleaseContextIfPresent(nil, first3))
+	done, err = c.UnrefLast(last)
+	require.NoError(t, err)
+	require.True(t, done)
+	assert.Zero(t, container.RecordOf(c, last).State.Load(), "retired: generation 0, which no handle has")
+
+	next, err := c.GetOrCreateContextHandle(first3)
+	require.NoError(t, err)
+	nextIdx, _ := container.SplitHandle(next)
+	assert.NotEqual(t, idx, nextIdx, "a retired record is never reused")
+	for _, dead := range []uint64{h1, last} {
+		_, err = c.HandleContext(dead)
+		assert.Equal(t, container.ErrBadHandle, container.CodeOf(err), "handle %#x", dead)
+	}
+	ctx, err := c.HandleContext(next)
+	require.NoError(t, err)
+	assert.Equal(t, first3, ctx.ID())
+	assert.Error(t, c.AgeRecord(last, ^uint32(0)), "a retired record has no later life")
+}

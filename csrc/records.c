@@ -12,9 +12,12 @@ static uint64_t to_handle(dac_context *p) { return (uint64_t)(uintptr_t)p; }
 ** from Go on first use; NULL until dac_init, and every fast path below then
 ** goes to Go, which says DAC_ERR_NOT_INITIALIZED. */
 static dacc_view *g_view;
-/* The records' address, from the view: the one load a handle's fast path
-** starts from (0 until the view is fetched, and again in a forked child). */
+/* The records' address (slab 0's), from the view: the one load a handle's
+** fast path starts from (0 until the view is fetched, and again in a forked
+** child); and the view's table of slabs, for the records past slab 0
+** (capi_internal.h: dacc_record_at). */
 uintptr_t dacc_records;
+const uintptr_t *dacc_slabs;
 
 static __attribute__((noinline)) dacc_view *fetch_view(void) {
 	if (c_forked)
@@ -23,7 +26,7 @@ static __attribute__((noinline)) dacc_view *fetch_view(void) {
 	dacc_error_slot ignored;
 	if (dacgo_view(&p, &ignored) != DAC_OK)
 		return NULL;
-	__atomic_store_n(&dacc_records, ((dacc_view *)p)->records, __ATOMIC_RELEASE);
+	dacc_publish_records(p);
 	__atomic_store_n(&g_view, (dacc_view *)p, __ATOMIC_RELEASE);
 	return p;
 }
@@ -36,7 +39,7 @@ static inline __attribute__((always_inline)) dacc_view *view(void) {
 }
 
 static inline dacc_record *record_at(const dacc_view *v, uint32_t index) {
-	return (dacc_record *)(v->records + (uintptr_t)index * sizeof(dacc_record));
+	return dacc_record_at(v->records, index);
 }
 
 /* The record a handle names, or NULL before the view is known (before
@@ -82,11 +85,11 @@ static inline __attribute__((always_inline)) dacc_record *lookup(const dacc_view
 	uint64_t k = ((u >> v->shard_bits) ^ (u >> 48)) & b->mask;
 	uint32_t i = __atomic_load_n(&b->heads[k], __ATOMIC_ACQUIRE);
 	for (int hops = 0; i != 0; hops++) {
-		if (i > DACC_MAX_RECORDS || hops == DACC_MAX_HOPS) {
+		dacc_record *r = record_at(v, i - 1);
+		if (r == NULL || hops == DACC_MAX_HOPS) {
 			*settled = 0;
 			return NULL;
 		}
-		dacc_record *r = record_at(v, i - 1);
 		if (__atomic_load_n(&r->id, __ATOMIC_ACQUIRE) == id) {
 			*index = i - 1;
 			return r;
@@ -139,7 +142,8 @@ static __attribute__((noinline)) void for_go(uint64_t h) {
 /* What acquire found. */
 enum { DACC_UNDECIDED = 0, DACC_ACQUIRED = 1, DACC_ABSENT = 2 };
 
-/* Takes a reference to the context listed under id, without entering Go:
+/* Takes a reference to the context listed under id, without entering Go
+** (docs/state-word.md: the transitions of a lookup):
 ** DACC_ACQUIRED and its handle, DACC_ABSENT (no context is stored under id:
 ** a settled miss), or DACC_UNDECIDED (Go decides). The reference is taken
 ** by one compare-and-swap of the state word that requires it to be

@@ -24,4 +24,14 @@ int64_t dactest_go_calls(void) {
 	dacgo_testing_go_calls(&n);
 	return n;
 }
+
+/* Moves the record of a dead handle on to generation, as if it had lived
+** that many more lives, so that tests reach a generation's wrap without
+** 2^32 of them (container: AgeRecord). */
+int dactest_age_record(dac_context *dead, uint32_t generation);
+
+int dactest_age_record(dac_context *dead, uint32_t generation) {
+	GUARD_FORK();
+	return dacgo_testing_age_record(to_handle(dead), generation, err());
+}
 #endif

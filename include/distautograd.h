@@ -73,7 +73,7 @@ extern "C" {
 #define DAC_ERR_ALREADY_HAS_CONTEXT 6 /* this thread already has a current context */
 #define DAC_ERR_EXHAUSTED 7           /* an id counter reached max_id */
 #define DAC_ERR_BAD_HANDLE 8          /* a dead or never-issued context handle */
-#define DAC_ERR_LIMIT 9               /* a configured limit was reached */
+#define DAC_ERR_LIMIT 9               /* a configured limit was reached, or memory refused */
 #define DAC_ERR_FORKED 10             /* called in a child after fork() */
 #define DAC_ERR_INTERNAL 11           /* a bug in distautograd, caught at the boundary */
 #define DAC_ERR_UNSUPPORTED 12        /* not available in this build */
@@ -90,8 +90,9 @@ extern "C" {
 ** the last one is dropped. A handle with no reference held is
 ** DAC_ERR_BAD_HANDLE, never undefined behaviour and never another context:
 ** once its context is released and its last reference dropped it is dead
-** for good; while its context is still stored, a lookup that returns it
-** again makes it usable again. */
+** for good (a record whose generation would wrap is retired, never reused:
+** no handle value ever names two lives); while its context is still
+** stored, a lookup that returns it again makes it usable again. */
 typedef struct dac_context dac_context;
 
 /* ---- Library ------------------------------------------------------------ */
@@ -160,7 +161,12 @@ int dac_new_autograd_message_id(int64_t *out);
 ** cleanup_dropped, cleanup_skipped and cleanup_pending. */
 int dac_debug_info(char *buf, size_t capacity, size_t *length);
 
-/* Caps the number of live contexts (0, the default: no cap). Past the cap,
+/* Caps the number of live contexts (0, the default: no cap). Without a cap
+** the container has no limit of its own: contexts (listed, or released and
+** still referenced by handles) live while memory allows, about 80 bytes
+** each, and a creation that the system refuses memory for fails with
+** DAC_ERR_LIMIT; the handle format's bound, 4294967295 at once, lies past
+** any machine's memory for them. Past the cap,
 ** dac_context_new and dac_context_get_or_create fail with DAC_ERR_LIMIT, so a
 ** flood of messages naming unknown passes cannot exhaust memory. The cap
 ** holds exactly for every creation that starts after this returns; one

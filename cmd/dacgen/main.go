@@ -5,9 +5,14 @@
 //     function and the Status enum of the status codes;
 //   - container/codes.go: the status codes as Go constants (container.Code)
 //     and their names;
-//   - capi_status.h: the names that dac_status_string (capi.c) returns.
+//   - capi_status.h: the names that dac_status_string (capi.c) returns;
 //
-// So no binding and no table can drift from the C ABI. Run it from the
+// and, from container's own types (by reflection), capi_layout.h: the C
+// declaration of the records, bucket arrays and view that Go writes and C
+// reads (layout.go).
+//
+// So no binding and no table can drift from the C ABI, nor C's reading of
+// the records from Go's writing. Run it from the
 // repository root (make generate); its test, and the ABI contract test
 // (abi/), fail when a committed file is stale.
 //
@@ -83,7 +88,11 @@ func GenerateAll(path string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{PythonPath: py, GoPath: g, CPath: cNames(codes)}, nil
+	l, err := layout()
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{PythonPath: py, GoPath: g, CPath: cNames(codes), LayoutPath: l}, nil
 }
 
 // Generate returns the content of _abi.py for the header at path: one

@@ -95,7 +95,7 @@ class Status(enum.IntEnum):
     ERR_ALREADY_HAS_CONTEXT = 6  # this thread already has a current context
     ERR_EXHAUSTED = 7  # an id counter reached max_id
     ERR_BAD_HANDLE = 8  # a dead or never-issued context handle
-    ERR_LIMIT = 9  # a configured limit was reached
+    ERR_LIMIT = 9  # a configured limit was reached, or memory refused
     ERR_FORKED = 10  # called in a child after fork()
     ERR_INTERNAL = 11  # a bug in distautograd, caught at the boundary
     ERR_UNSUPPORTED = 12  # not available in this build
