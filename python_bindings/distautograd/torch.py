@@ -65,7 +65,6 @@ def state() -> Tuple[bool, str]:
 
     try:
         import torch
-        import torch.distributed.autograd  # noqa: F401  (loads libtorch: the backend can decide)
     except ImportError as e:
         return False, ("preloaded (%s), but torch does not import in this Python (%s: %s): run the script as %s"
                        % (shim, sys.executable, e, _instead()))
@@ -74,6 +73,8 @@ def state() -> Tuple[bool, str]:
         return False, ("preloaded, but torch %s is not one the backend serves (%s): torch keeps its own "
                        "container; run it without distautograd-torch, or as %s"
                        % (version, _launch.served_text(), _instead()))
+    import torch.distributed.autograd  # noqa: F401  (loads libtorch: the backend can decide)
+
     entry = getattr(ctypes.CDLL(None), _process.PROBE_SYMBOL)
     entry.restype = ctypes.c_int64
     entry.argtypes = []

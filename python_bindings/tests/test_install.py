@@ -54,6 +54,26 @@ def manylinux_tag(paths) -> str:
     return "manylinux_%d_%d_%s" % (newest + (sysconfig.get_platform().split("-", 1)[1].replace("-", "_"),))
 
 
+def readme_output():
+    """The lines python_bindings/README.md shows for `python -m distautograd`."""
+    with open(os.path.join(_support.BINDINGS, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    after = text[text.index("`python -m distautograd` prints"):]
+    block = after[after.index("```\n") + 4:]
+    return block[:block.index("```\n")].splitlines()
+
+
+def matches(pattern, lines) -> bool:
+    """Whether lines match the pattern lines: "..." within a line stands for
+    any text, a line that is only "..." for any number of lines."""
+    if not pattern:
+        return not lines
+    if pattern[0] == "...":
+        return any(matches(pattern[1:], lines[i:]) for i in range(len(lines) + 1))
+    rx = ".*".join(re.escape(part) for part in pattern[0].split("..."))
+    return bool(lines) and re.fullmatch(rx, lines[0]) is not None and matches(pattern[1:], lines[1:])
+
+
 def _version() -> str:
     import distautograd
 
@@ -117,6 +137,9 @@ class Install(unittest.TestCase):
         self.assertTrue(any(line.startswith("torch backend: ") for line in lines), p.stdout)
         info = json.loads("\n".join(lines[lines.index("debug info (this process, after _init(0)):") + 1:]))
         self.assertEqual(info["num_autograd_contexts"], 0)
+        want = readme_output()
+        self.assertTrue(matches(want, lines), "python_bindings/README.md shows\n%s\nbut python -m distautograd "
+                        "printed\n%s" % ("\n".join(want), p.stdout))
 
     def test_wheel_into_bare_venv(self) -> None:
         out = os.path.join(self.tmp, "dist")
