@@ -135,7 +135,7 @@ fuzz: $(LIB) ## run each fuzz target of container/ for FUZZTIME (default 30s), t
 # says what passed, failed and was skipped in each, and the exit status is
 # the worst suite's. `scripts/run-tests go` runs one suite.
 test: ## everything that must pass: the lint, go, python and torch suites, then a summary
-	@MAKE="$(MAKE)" LINT_CHECKS="$(LINT_CHECKS)" PYTHON="$(PYTHON)" $(PYTHON) scripts/run-tests
+	@MAKE="$(MAKE)" GO="$(GO)" LINT_CHECKS="$(LINT_CHECKS)" PYTHON="$(PYTHON)" $(PYTHON) scripts/run-tests
 
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]: as sqlite or zlib,
 # the headers, libdistautograd.so.X.Y.Z with its .so.X and .so links, a
@@ -267,6 +267,6 @@ $(TORCH_IMPL): torch_backend/impl.cpp torch_backend/symbols.h torch_backend/impl
 	  -L$(BUILD) -ldistautograd -l:$(notdir $(TORCH_SO)) -l:libc10.so.1.13
 test-torch: all ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, fork, launcher
 	@mkdir -p $(RESULTS)
-	$(PYTHON) scripts/unittest_progress.py --json $(RESULTS)/torch.json -s torch_backend/tests -t .
+	$(PYTHON) scripts/unittest_progress.py --each-test --json $(RESULTS)/torch.json -s torch_backend/tests -t .
 bench-torch: all ## torch's distributed autograd natively and under the backend, alternating processes; adds level "torch" rows to build/bench.json (run after make bench)
 	$(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS)
