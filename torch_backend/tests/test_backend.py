@@ -433,6 +433,27 @@ class TestDiagnosis(BackendTest):
         return r.stdout.strip()
 
 
+class TestExample(BackendTest):
+    """examples/torch_train.py, the README's torch example, trains the same
+    natively and under the launcher, and says which container served it."""
+
+    def test_torch_train(self) -> None:
+        script = os.path.join(ROOT, "examples", "torch_train.py")
+        outs = {}
+        for cmd in ([PYTHON, script], [os.path.join(BUILD, "distautograd-torch"), PYTHON, script]):
+            e = env(False)
+            del e["PYTHONPATH"]  # as a user runs it: the script does not import distautograd
+            r = subprocess.run(cmd, env=e, cwd=self.tmp, capture_output=True, text=True, timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            outs[len(cmd)] = r.stdout.splitlines()
+        native, served = outs[2], outs[3]
+        self.assertEqual(native[:-1], served[:-1])
+        self.assertTrue(native[-2].startswith("step 29  loss "), native)
+        self.assertEqual(native[-1], "distributed autograd served by distautograd: no (torch's own)")
+        self.assertEqual(served[-1], "distributed autograd served by distautograd: %s"
+                         % os.path.realpath(os.path.join(BUILD, "libdistautograd.so.0")))
+
+
 class TestInstalled(BackendTest):
     """make install puts the whole backend and the launcher in place: a
     staged install (DESTDIR) preloaded serves torch, and the launcher of an
