@@ -16,7 +16,8 @@ import (
 // TestSmoke runs the whole benchmark for a handful of iterations: it builds
 // the harness, runs every C-level operation with 1 and 2 threads, the Python
 // level for distautograd, and both memory modes, and checks that
-// bench.json holds what the README's results are rendered from. It asserts
+// bench.json holds what docs/benchmarks.md and the README's headline are
+// rendered from. It asserts
 // nothing about times. The native side needs libtorch_cpu.so: outside CI
 // its absence is reported and only distautograd is run; in CI it is a
 // failure. torch's Python side is left out (starting an RPC agent takes

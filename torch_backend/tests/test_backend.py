@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -452,6 +453,16 @@ class TestExample(BackendTest):
         self.assertEqual(native[-1], "distributed autograd served by distautograd: no (torch's own)")
         self.assertEqual(served[-1], "distributed autograd served by distautograd: %s"
                          % os.path.realpath(os.path.join(BUILD, "libdistautograd.so.0")))
+        # The README shows this output: it is what the example prints.
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        after = readme[readme.index("build/distautograd-torch /usr/bin/python3 examples/torch_train.py\n```\n"):]
+        block = after[after.index("```\n\n```\n") + 9:]
+        shown = block[:block.index("```\n")].splitlines()
+        self.assertEqual(len(shown), len(served), (shown, served))
+        for want, got in zip(shown, served):
+            rx = ".*".join(re.escape(part) for part in want.split("..."))
+            self.assertRegex(got, "^%s$" % rx, "README.md's torch example shows %r" % want)
 
 
 class TestInstalled(BackendTest):
