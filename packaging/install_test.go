@@ -342,3 +342,34 @@ func TestCMakeConsumer(t *testing.T) {
 		t.Errorf("find_package(distautograd 1.0) with %s installed: err %v, want the version refused:\n%s", headerVersion(t), err, out)
 	}
 }
+
+// TestReadmeCExample builds the README's C program exactly as the README
+// says (cc app.c $(pkg-config ...)) against a staged install, runs it and
+// compares its output with the one the README shows.
+func TestReadmeCExample(t *testing.T) {
+	need(t, "pkg-config", "cc")
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```c\n(/\\* app\\.c \\*/\n.*?)```\n").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README.md has no ```c block starting /* app.c */")
+	}
+	shown := regexp.MustCompile("(?s)cc app\\.c \\$\\(pkg-config --cflags --libs distautograd\\) -o app && \\./app\n```\n\n```\n(.*?)```\n").FindSubmatch(readme)
+	if shown == nil {
+		t.Fatal("README.md shows no output after `cc app.c $(pkg-config --cflags --libs distautograd) -o app && ./app`")
+	}
+	destdir := install(t)
+	libdir := filepath.Join(destdir, "usr/local/lib")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "app.c"), m[1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := append(makeEnv(), "PKG_CONFIG_LIBDIR="+filepath.Join(libdir, "pkgconfig"), "PKG_CONFIG_PATH=",
+		"PKG_CONFIG_SYSROOT_DIR="+destdir)
+	run(t, dir, env, "sh", "-c", "cc -Wall -Wextra -Werror app.c $(pkg-config --cflags --libs distautograd) -o app")
+	if got := run(t, dir, append(env, "LD_LIBRARY_PATH="+libdir), "./app"); got != string(shown[1]) {
+		t.Errorf("the README's app.c printed\n%s\nthe README shows\n%s", got, shown[1])
+	}
+}

@@ -68,6 +68,9 @@ print(json.dumps(out))
 
 _PYTHON_NAME = re.compile(r"^python[0-9.]*$")
 
+#: The launcher as the user typed it, for the commands its messages suggest.
+PROG = "distautograd-torch"
+
 
 class UsageError(Exception):
     """What the launcher refuses, with the one line to show."""
@@ -174,7 +177,7 @@ def _instead(prefix: str, path: str, argv: List[str], env: Dict[str, str]) -> st
         if served(v) and system_prefix != prefix:
             # A Python program (torchrun) runs as well as a script of that Python.
             script = [] if _PYTHON_NAME.match(os.path.basename(argv[0])) else [path]
-            example = shlex.join(["distautograd-torch", SYSTEM_PYTHON] + script + argv[1:])
+            example = shlex.join([PROG, SYSTEM_PYTHON] + script + argv[1:])
             return "%s has torch %s: `%s` (or a venv made with --system-site-packages)" % (SYSTEM_PYTHON, v, example)
     return "install a torch the backend serves for it (Debian 12: apt-get install python3-torch libtorch-dev, " \
            "for %s)" % SYSTEM_PYTHON
@@ -189,7 +192,7 @@ def judge(argv: List[str], env: Dict[str, str]) -> Tuple[str, str]:
         if os.path.isfile(name) or name.endswith(".py"):
             what = "is not executable" if os.path.isfile(name) else "is not found"
             raise UsageError("%s %s as a command; to run a Python script, name its Python first: "
-                             "`distautograd-torch %s %s`" % (name, what, SYSTEM_PYTHON, " ".join(argv)))
+                             "`%s`" % (name, what, shlex.join([PROG, SYSTEM_PYTHON] + argv)))
         raise UsageError("%s: command not found" % name)
     python = python_of(path, env)
     if python is None:
@@ -217,6 +220,9 @@ and prints the library's path.""" % (served_text(), SYSTEM_PYTHON)
 
 
 def main(argv: Optional[List[str]] = None, library_dir: Optional[str] = None) -> int:
+    global PROG
+    if os.path.basename(sys.argv[0]) == "distautograd-torch":
+        PROG = sys.argv[0]
     args = list(sys.argv[1:] if argv is None else argv)
     check_only = False
     while args and args[0].startswith("-"):
