@@ -378,6 +378,7 @@ func TestRewriteHeadline(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	rep := Report{Date: "2026-01-02T03:04:05Z", Machine: MachineInfo{CPU: "Test CPU", Cores: 2, Go: "go1.26"}, Rows: []Row{
 		{Level: "c", Threads: 1, Label: "floor: a call (C ABI)", Ratio: f(20)},
+		{Level: "c", Op: "new_release_no_agent", Threads: 1, Label: "new+release, native without RPC agent (C ABI)", Ratio: f(0.0001)},
 		{Level: "c", Threads: 1, Label: "retrieve (C ABI)", Ratio: f(0.6)},
 		{Level: "c", Threads: 1, Label: "new+release of a context (C ABI)", Ratio: f(0.8)},
 		{Level: "c", Threads: 1, Label: "is-valid (C ABI)", Ratio: f(0.2)},

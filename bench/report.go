@@ -336,8 +336,10 @@ func rewriteBetween(path, beginAt, endAt string, render func(io.Writer)) error {
 
 // PrintHeadline writes what a reader of the README needs of a run: for
 // each way the library is used, at one thread, how many operations were
-// timed, their median ratio and the range (floors left out: they time the
-// call itself); and the torch level's training step with its interval.
+// timed, their median ratio and the range (left out: the floors, which
+// time the call itself, and native's release without an RPC agent, an
+// exception path no job takes); and the torch level's training step with
+// its interval.
 func PrintHeadline(w io.Writer, rep Report) {
 	date := rep.Date
 	if t, err := time.Parse(time.RFC3339, rep.Date); err == nil {
@@ -359,7 +361,7 @@ func PrintHeadline(w io.Writer, rep Report) {
 	for _, g := range groups {
 		var ratios []float64
 		for _, r := range rep.Rows {
-			if g.match(r) && r.Threads == 1 && r.Ratio != nil && !strings.HasPrefix(r.Label, "floor") {
+			if g.match(r) && r.Threads == 1 && r.Ratio != nil && !strings.HasPrefix(r.Label, "floor") && !strings.HasSuffix(r.Op, "_no_agent") {
 				ratios = append(ratios, *r.Ratio)
 			}
 		}

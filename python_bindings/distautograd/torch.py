@@ -79,11 +79,15 @@ def state() -> Tuple[bool, str]:
     entry.restype = ctypes.c_int64
     entry.argtypes = []
     entry()  # currentContextId: harmless either way, and it makes the backend decide
-    try:
-        impl = ctypes.CDLL(os.path.join(os.path.dirname(shim), _process.IMPL_NAME), mode=_process.RTLD_NOLOAD)
-    except OSError:
-        impl = None
-    if impl is None or not impl.dat_impl_active():
+    # The implementation the shim loaded, if any (one per torch served).
+    serving = False
+    for path in _launch.impl_files(os.path.dirname(shim)):
+        try:
+            impl = ctypes.CDLL(path, mode=_process.RTLD_NOLOAD)
+        except OSError:
+            continue
+        serving = serving or bool(impl.dat_impl_active())
+    if not serving:
         return False, ("preloaded, but the backend refused this torch %s on its first container call (its "
                        "reason went to stderr once: \"distautograd-torch: ... NOT in use\")" % version)
     return True, "torch %s, %s" % (version, shim)
