@@ -189,10 +189,11 @@ def judge(argv: List[str], env: Dict[str, str]) -> Tuple[str, str]:
     name = argv[0]
     path = name if "/" in name else shutil.which(name, path=env.get("PATH", os.defpath))
     if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
-        if os.path.isfile(name) or name.endswith(".py"):
-            what = "is not executable" if os.path.isfile(name) else "is not found"
-            raise UsageError("%s %s as a command; to run a Python script, name its Python first: "
-                             "`%s`" % (name, what, shlex.join([PROG, SYSTEM_PYTHON] + argv)))
+        if os.path.isfile(name):
+            raise UsageError("%s is not a command; to run a Python script, name its Python first: `%s`"
+                             % (name, shlex.join([PROG, SYSTEM_PYTHON] + argv)))
+        if name.endswith(".py"):
+            raise UsageError("%s: no such script in %s, nor a command of that name" % (name, os.getcwd()))
         raise UsageError("%s: command not found" % name)
     python = python_of(path, env)
     if python is None:
@@ -246,7 +247,7 @@ def main(argv: Optional[List[str]] = None, library_dir: Optional[str] = None) ->
         path, found = judge(args or ["python3"], env)
     except UsageError as e:
         print("distautograd-torch: %s" % e, file=sys.stderr)
-        return 127 if str(e).endswith("command not found") else 2
+        return 127 if str(e).endswith(("command not found", "nor a command of that name")) else 2
     if check_only:
         print("%s (%s)" % (shim, found))
         return 0

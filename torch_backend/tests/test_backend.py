@@ -389,10 +389,13 @@ class TestLauncherJudgesTheCommand(BackendTest):
     def test_missing_script(self) -> None:
         with open(os.path.join(self.tmp, "train.py"), "w") as f:
             f.write("print('ran')\n")
-        for script in ("train.py", "absent.py"):
-            r = self.launch(script, "--epochs", "3")
-            self.assert_refused(r, "to run a Python script, name its Python first",
-                                "`distautograd-torch %s %s --epochs 3`" % (PYTHON, script))
+        r = self.launch("train.py", "--epochs", "3")
+        self.assert_refused(r, "train.py is not a command; to run a Python script, name its Python first: "
+                            "`distautograd-torch %s train.py --epochs 3`" % PYTHON)
+        r = self.launch("absent.py")
+        self.assertEqual(r.returncode, 127, r.stderr)
+        self.assertEqual(r.stderr, "distautograd-torch: absent.py: no such script in %s, nor a command of that "
+                         "name\n" % self.tmp)
 
 
 class TestDiagnosis(BackendTest):
