@@ -47,6 +47,15 @@ def env(backend: bool, **extra: str) -> dict:
     return e
 
 
+def served_text() -> str:
+    """The torch versions the backend serves, as its messages name them
+    (SERVED_TORCH: one list, read here rather than restated)."""
+    r = subprocess.run([PYTHON, "-c", "from distautograd._launch import served_text; print(served_text())"],
+                       env=env(False), capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
 def free_port() -> str:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -331,7 +340,7 @@ class TestLauncherJudgesTheCommand(BackendTest):
         self.assert_ran_served(self.launch(PYTHON, "-c", ACTIVE, python=self.bare))
         # ...and refuses the venv's own Python, which has none, naming the one that has.
         r = self.launch(self.bare, "-c", ACTIVE)
-        self.assert_refused(r, "runs %s, which has no torch" % self.bare, "the backend serves torch 1.13",
+        self.assert_refused(r, "runs %s, which has no torch" % self.bare, "the backend serves torch %s:" % served_text(),
                             "`distautograd-torch %s -c " % PYTHON)
 
     def test_venv_with_system_site_packages(self) -> None:
@@ -354,7 +363,7 @@ class TestLauncherJudgesTheCommand(BackendTest):
                 f.write(text)
         r = self.launch(self.bare, "-c", ACTIVE,
                         PYTHONPATH=os.pathsep.join([os.path.dirname(fake), os.path.join(ROOT, "python_bindings")]))
-        self.assert_refused(r, "whose torch is 2.99.0; the backend serves torch 1.13 only",
+        self.assert_refused(r, "whose torch is 2.99.0; the backend serves torch %s only" % served_text(),
                             "run the command without distautograd-torch")
 
     def test_torchrun(self) -> None:
@@ -427,7 +436,7 @@ class TestDiagnosis(BackendTest):
             f.write("__version__ = '2.99.0'\n")
         line = self.backend_line(preload=True, PYTHONPATH=os.pathsep.join(
             [os.path.dirname(fake), os.path.join(ROOT, "python_bindings")]))
-        self.assertIn("inactive: preloaded, but torch 2.99.0 is not one the backend serves (1.13)", line)
+        self.assertIn("inactive: preloaded, but torch 2.99.0 is not one the backend serves (%s)" % served_text(), line)
         line = self.backend_line(preload=True, DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH="layout")
         self.assertIn("inactive: preloaded, but the backend refused this torch", line)
 
