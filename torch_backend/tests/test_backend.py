@@ -293,7 +293,7 @@ class TestLauncherJudgesTheCommand(BackendTest):
 
     def setUp(self) -> None:
         super().setUp()
-        self.bare = self.venv("bare")
+        self.bare = self.venv("venv")
 
     def venv(self, name: str, *flags: str) -> str:
         folder = os.path.join(self.tmp, name)
@@ -354,6 +354,13 @@ class TestLauncherJudgesTheCommand(BackendTest):
         self.assert_ran_served(self.launch("python3", "-c", ACTIVE, path=self.shim("python3", PYTHON)))
         r = self.launch("python3", "-c", ACTIVE, path=self.shim("python3", self.bare))
         self.assert_refused(r, "python3 runs %s, which has no torch" % self.bare)
+        # docs/torch.md shows this refusal.
+        r = self.launch("python3", "train.py", path=self.shim("python3", self.bare))
+        with open(os.path.join(ROOT, "docs", "torch.md"), encoding="utf-8") as f:
+            shown = [ln for ln in f.read().splitlines() if ln.startswith("distautograd-torch: python3 runs ")]
+        self.assertEqual(len(shown), 1)
+        rx = ".*".join(re.escape(part) for part in shown[0].split("..."))
+        self.assertRegex(r.stderr.strip(), "^%s$" % rx, "docs/torch.md shows %r" % shown[0])
 
     def test_torch_not_served(self) -> None:
         fake = os.path.join(self.tmp, "fake", "torch")
