@@ -4,6 +4,7 @@ the command that installs it (exit 2), and its summary names every test
 that failed. The suites themselves are stood in for by a fake make."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -59,6 +60,18 @@ class MakeTest(unittest.TestCase):
         out = r.stdout
         self.assertIn("failed tests:\n  python  m.T.test_a\n  python  m.T.test_b\n", out)
         self.assertIn("FAILED: python (exit status 1)", out)
+
+        # The go suite: gotestsum's test2json events, a failed test and subtest.
+        events = [{"Action": "pass", "Package": "p/a", "Test": "TestOK"},
+                  {"Action": "fail", "Package": "p/b", "Test": "TestBad/case"},
+                  {"Action": "fail", "Package": "p/b", "Test": "TestBad"},
+                  {"Action": "fail", "Package": "p/b"}]
+        with open(fake_make, "w") as f:
+            f.write("#!/bin/sh\nmkdir -p \"$TEST_RESULTS\"\ncat > \"$TEST_RESULTS/go.json\" <<'EOF'\n%s\nEOF\nexit 2\n"
+                    % "\n".join(json.dumps(e) for e in events))
+        r = self.run_tests("go", MAKE=fake_make, TEST_RESULTS=results)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("failed tests:\n  go      p/b TestBad/case\n  go      p/b TestBad\n", r.stdout)
 
 
 if __name__ == "__main__":
