@@ -135,21 +135,27 @@ fuzz: $(LIB) ## run each fuzz target of container/ for FUZZTIME (default 30s), t
 # says what passed, failed and was skipped in each, and the exit status is
 # the worst suite's. `scripts/run-tests go` runs one suite.
 test: ## everything that must pass: the lint, go, python and torch suites, then a summary
-	@MAKE="$(MAKE)" LINT_CHECKS="$(LINT_CHECKS)" PYTHON="$(PYTHON)" $(PYTHON) scripts/run-tests
+	@MAKE="$(MAKE)" GO="$(GO)" LINT_CHECKS="$(LINT_CHECKS)" PYTHON="$(PYTHON)" $(PYTHON) scripts/run-tests
 
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]: as sqlite or zlib,
 # the headers, libdistautograd.so.X.Y.Z with its .so.X and .so links, a
 # pkg-config file (pkg-config --cflags --libs distautograd) and a CMake
-# package (find_package(distautograd), target distautograd::distautograd).
+# package (find_package(distautograd), target distautograd::distautograd);
+# where the torch backend was built, its shim and every implementation
+# beside the library, and the distautograd-torch launcher in BINDIR.
 PREFIX       ?= /usr/local
 LIBDIR       ?= $(PREFIX)/lib
 INCLUDEDIR   ?= $(PREFIX)/include
 BINDIR       ?= $(PREFIX)/bin
+DATADIR      ?= $(PREFIX)/share/distautograd
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 CMAKEDIR     ?= $(LIBDIR)/cmake/distautograd
-# The torch backend and its launcher, installed when they were built.
-TORCH_BACKEND_LIB ?= $(BUILD)/libdistautograd_torch.so
-TORCH_LAUNCHER    ?= $(BUILD)/distautograd-torch
+# The folders install made (scripts/install-dirs): uninstall removes those.
+INSTALL_MANIFEST := $(DATADIR)/installed-folders
+# ldconfig runs for a LIBDIR the loader's configuration covers, and only
+# then (scripts/loader-covers); never for a staged install.
+LDCONFIG     ?= ldconfig
+LD_SO_CONF   ?= /etc/ld.so.conf
 
 # The .pc file names libdir and includedir through ${prefix} where they are
 # under it (what pkg-config --define-prefix and sysroots expect); the CMake
@@ -162,8 +168,8 @@ INSTALL_SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' \
   -e 's|@VERSION@|$(VERSION)|g' -e 's|@MAJOR@|$(MAJOR)|g' \
   -e 's|@SONAME@|$(SONAME)|g' -e 's|@REALNAME@|$(REALNAME)|g'
 
-install: all ## install headers, library, pkg-config and CMake files: PREFIX (/usr/local), DESTDIR
-	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(CMAKEDIR)
+install: all ## install headers, library, pkg-config and CMake files, the torch backend and its launcher: PREFIX (/usr/local), DESTDIR
+	@scripts/install-dirs create "$(DESTDIR)" $(INSTALL_MANIFEST) $(INCLUDEDIR) $(LIBDIR) $(PKGCONFIGDIR) $(CMAKEDIR) $(DATADIR)
 	install -m 644 include/distautograd.h include/distautograd.hpp $(DESTDIR)$(INCLUDEDIR)/
 	install -m 755 $(BUILD)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(REALNAME)
 	ln -sf $(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME)
@@ -172,34 +178,40 @@ install: all ## install headers, library, pkg-config and CMake files: PREFIX (/u
 	@echo 'write $(DESTDIR)$(CMAKEDIR)/distautograd-config.cmake'; $(INSTALL_SUBST) packaging/distautograd-config.cmake.in > $(DESTDIR)$(CMAKEDIR)/distautograd-config.cmake
 	@echo 'write $(DESTDIR)$(CMAKEDIR)/distautograd-config-version.cmake'; $(INSTALL_SUBST) packaging/distautograd-config-version.cmake.in > $(DESTDIR)$(CMAKEDIR)/distautograd-config-version.cmake
 	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/distautograd.pc $(DESTDIR)$(CMAKEDIR)/distautograd-config*.cmake
-	@if [ -f $(TORCH_BACKEND_LIB) ]; then \
-	  echo install -m 755 $(TORCH_BACKEND_LIB) $(DESTDIR)$(LIBDIR)/; install -m 755 $(TORCH_BACKEND_LIB) $(DESTDIR)$(LIBDIR)/; fi
-	@if [ -f $(TORCH_LAUNCHER) ]; then \
-	  echo install -m 755 $(TORCH_LAUNCHER) $(DESTDIR)$(BINDIR)/; install -d $(DESTDIR)$(BINDIR) && install -m 755 $(TORCH_LAUNCHER) $(DESTDIR)$(BINDIR)/; fi
-	@# As zlib's install: refresh the loader's cache for a real install
-	@# (/usr/local/lib is in Debian's ld.so.conf); a staged one is not run here.
-	@if [ -z "$(DESTDIR)" ]; then ldconfig 2>/dev/null || true; fi
+	@# The implementations are listed when this runs: `all` has just built them.
+	@impls=$$(ls $(BUILD)/libdistautograd_torch_impl*.so 2>/dev/null); \
+	if [ -z "$$impls" ]; then echo "install: no torch backend built (it needs libtorch-dev): the library only"; exit 0; fi; \
+	set -ex; \
+	scripts/install-dirs create "$(DESTDIR)" $(INSTALL_MANIFEST) $(BINDIR); \
+	install -m 755 $(TORCH_SHIM) $$impls $(DESTDIR)$(LIBDIR)/; \
+	install -m 644 $(LAUNCHER_PY) $(DESTDIR)$(DATADIR)/; \
+	$(call LAUNCHER_SUBST,$(DATADIR),$(LIBDIR)) > $(DESTDIR)$(BINDIR)/distautograd-torch; \
+	chmod 755 $(DESTDIR)$(BINDIR)/distautograd-torch
+	@if [ -n "$(DESTDIR)" ]; then echo "staged in $(DESTDIR): no ldconfig (the system that installs the tree runs it)"; \
+	elif scripts/loader-covers $(LIBDIR) $(LD_SO_CONF); then echo $(LDCONFIG); $(LDCONFIG) || echo "$(LDCONFIG) failed: run it as root"; \
+	else echo "$(LIBDIR) is not in the loader's configuration ($(LD_SO_CONF)): no ldconfig; programs find the library through an rpath or LD_LIBRARY_PATH=$(LIBDIR)"; fi
 
-uninstall: ## remove what make install put under PREFIX (the same PREFIX, DESTDIR)
+uninstall: ## remove what make install put under PREFIX (the same PREFIX, DESTDIR), and the folders it made
 	rm -f $(DESTDIR)$(INCLUDEDIR)/distautograd.h $(DESTDIR)$(INCLUDEDIR)/distautograd.hpp
 	rm -f $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdistautograd.so
-	rm -f $(DESTDIR)$(LIBDIR)/$(notdir $(TORCH_BACKEND_LIB)) $(DESTDIR)$(BINDIR)/$(notdir $(TORCH_LAUNCHER))
+	rm -f $(DESTDIR)$(LIBDIR)/$(notdir $(TORCH_SHIM)) $(DESTDIR)$(LIBDIR)/$(notdir $(TORCH_IMPL:.so=))*.so
+	rm -f $(DESTDIR)$(BINDIR)/distautograd-torch $(addprefix $(DESTDIR)$(DATADIR)/,$(notdir $(LAUNCHER_PY)))
 	rm -f $(DESTDIR)$(PKGCONFIGDIR)/distautograd.pc
 	rm -f $(DESTDIR)$(CMAKEDIR)/distautograd-config.cmake $(DESTDIR)$(CMAKEDIR)/distautograd-config-version.cmake
-	-rmdir $(DESTDIR)$(CMAKEDIR) 2>/dev/null
+	@scripts/install-dirs remove "$(DESTDIR)" $(INSTALL_MANIFEST)
 
 # The Python package as a platform wheel with the library inside, built by
 # python_bindings/wheel_backend.py (standard library only; pip uses the same
 # backend for `pip install ./python_bindings`). Installing it needs nothing
 # else: `python -m pip install build/distautograd-*.whl` in any venv.
 WHEEL_DIR ?= $(BUILD)
-wheel: $(LIB) ## build/distautograd-VERSION-py3-none-PLATFORM.whl, libdistautograd.so inside
+wheel: $(LIB) ## build/distautograd-VERSION-py3-none-manylinux_X_Y_ARCH.whl, the library (and the torch backend) inside
 	$(PYTHON) python_bindings/wheel_backend.py --library $(LIB) -o $(WHEEL_DIR)
 
 # Debian's own Python is externally managed: point PYTHON at a venv's python.
 install-python: wheel ## pip-install the wheel, offline: make install-python PYTHON=venv/bin/python
 	$(PYTHON) -m pip install --no-index --force-reinstall --no-deps $(PIP_FLAGS) \
-	  $$($(PYTHON) python_bindings/wheel_backend.py --name | sed 's|^|$(WHEEL_DIR)/|')
+	  $$($(PYTHON) python_bindings/wheel_backend.py --library $(LIB) --name | sed 's|^|$(WHEEL_DIR)/|')
 
 demo: $(LIB) ## a training runtime's worker, acted out in C
 	@mkdir -p $(BUILD)
@@ -208,12 +220,13 @@ demo: $(LIB) ## a training runtime's worker, acted out in C
 
 # Not part of `make test`: it times things. BENCH_FLAGS go to the driver
 # (go run ./bench -h lists them), e.g. BENCH_FLAGS='-threads 1,2,4 -reps 9'.
-# The README's results section is rewritten from build/bench.json, so it
-# shows what the last run measured, on which machine and when.
-bench: all ## distautograd against the native component (C, C++, Python, torch levels); writes build/bench.json, rewrites the README's results
+# docs/benchmarks.md's tables and README.md's headline ratios are rewritten
+# from build/bench.json, so they show what the last run measured, on which
+# machine and when.
+bench: all ## distautograd against the native component (C, C++, Python, torch levels); writes build/bench.json, rewrites docs/benchmarks.md's tables and README.md's headline
 	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) $(BENCH_FLAGS)
 	@if [ -f $(TORCH_IMPL) ]; then $(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS); else echo "bench: no torch backend built: no torch rows"; fi
-	$(GO) run ./bench -from $(BUILD)/bench.json -readme README.md
+	$(GO) run ./bench -from $(BUILD)/bench.json -tables docs/benchmarks.md -headline README.md
 
 generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h; from container/'s types: capi_layout.h
 	$(GO) run ./cmd/dacgen
@@ -232,8 +245,19 @@ TORCH_IMPL  := $(BUILD)/libdistautograd_torch_impl.so
 TORCH_SO    ?= /usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13
 TORCH_INC   ?= /usr/include/torch
 HAVE_LIBTORCH := $(shell test -e $(TORCH_SO) && test -d $(TORCH_INC)/csrc/distributed/rpc && echo yes)
+# The launcher: python_bindings/distautograd/_launch.py (standard library
+# only) and what it imports, run by a script that make writes with the
+# folders of the checkout (build/distautograd-torch) or of the install.
+LAUNCHER_PY  := python_bindings/distautograd/_launch.py python_bindings/distautograd/_process.py
+LAUNCHER     := $(BUILD)/distautograd-torch
+LAUNCHER_SUBST = sed -e 's|@LAUNCHERDIR@|$(1)|g' -e 's|@LIBDIR@|$(2)|g' packaging/distautograd-torch.in
 .PHONY: torch-backend test-torch bench-torch
-torch-backend: $(TORCH_SHIM) $(if $(HAVE_LIBTORCH),$(TORCH_IMPL)) ## build/libdistautograd_torch.so (+ _impl.so with libtorch-dev)
+torch-backend: $(TORCH_SHIM) $(LAUNCHER) $(if $(HAVE_LIBTORCH),$(TORCH_IMPL)) ## build/libdistautograd_torch.so (+ _impl.so with libtorch-dev), build/distautograd-torch
+$(LAUNCHER): packaging/distautograd-torch.in $(LAUNCHER_PY)
+	@mkdir -p $(BUILD)/launcher
+	cp $(LAUNCHER_PY) $(BUILD)/launcher/
+	$(call LAUNCHER_SUBST,$(CURDIR)/$(BUILD)/launcher,$(CURDIR)/$(BUILD)) > $@.tmp
+	chmod 755 $@.tmp && mv $@.tmp $@
 $(TORCH_SHIM): torch_backend/shim.S torch_backend/shim.c torch_backend/symbols.h torch_backend/shim.map
 	@mkdir -p $(BUILD)
 	$(CC) -std=gnu11 -O2 -fPIC -Wall -Wextra -Werror -shared -o $@ torch_backend/shim.S torch_backend/shim.c \
@@ -244,6 +268,6 @@ $(TORCH_IMPL): torch_backend/impl.cpp torch_backend/symbols.h torch_backend/impl
 	  -L$(BUILD) -ldistautograd -l:$(notdir $(TORCH_SO)) -l:libc10.so.1.13
 test-torch: all ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, fork, launcher
 	@mkdir -p $(RESULTS)
-	$(PYTHON) scripts/unittest_progress.py --json $(RESULTS)/torch.json -s torch_backend/tests -t .
+	$(PYTHON) scripts/unittest_progress.py --each-test --json $(RESULTS)/torch.json -s torch_backend/tests -t .
 bench-torch: all ## torch's distributed autograd natively and under the backend, alternating processes; adds level "torch" rows to build/bench.json (run after make bench)
 	$(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS)

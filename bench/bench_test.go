@@ -16,7 +16,8 @@ import (
 // TestSmoke runs the whole benchmark for a handful of iterations: it builds
 // the harness, runs every C-level operation with 1 and 2 threads, the Python
 // level for distautograd, and both memory modes, and checks that
-// bench.json holds what the README's results are rendered from. It asserts
+// bench.json holds what docs/benchmarks.md and the README's headline are
+// rendered from. It asserts
 // nothing about times. The native side needs libtorch_cpu.so: outside CI
 // its absence is reported and only distautograd is run; in CI it is a
 // failure. torch's Python side is left out (starting an RPC agent takes
@@ -366,5 +367,54 @@ func TestPrintByThreads(t *testing.T) {
 		"| `new_release` | 479 / 419 = 1.14 | - |\n"
 	if out.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+// The README's headline: per way of use, at one thread, the count, median
+// and range of the ratios (floors and other thread counts left out), the
+// training step with its interval; rewritten between its own markers,
+// leaving the rest of the file alone.
+func TestRewriteHeadline(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	rep := Report{Date: "2026-01-02T03:04:05Z", Machine: MachineInfo{CPU: "Test CPU", Cores: 2, Go: "go1.26"}, Rows: []Row{
+		{Level: "c", Threads: 1, Label: "floor: a call (C ABI)", Ratio: f(20)},
+		{Level: "c", Op: "new_release_no_agent", Threads: 1, Label: "new+release, native without RPC agent (C ABI)", Ratio: f(0.0001)},
+		{Level: "c", Threads: 1, Label: "retrieve (C ABI)", Ratio: f(0.6)},
+		{Level: "c", Threads: 1, Label: "new+release of a context (C ABI)", Ratio: f(0.8)},
+		{Level: "c", Threads: 1, Label: "is-valid (C ABI)", Ratio: f(0.2)},
+		{Level: "c", Threads: 2, Label: "is-valid (C ABI)", Ratio: f(9)},
+		{Level: "c", Threads: 1, Label: "retrieve (C++ API)", Ratio: f(0.62)},
+		{Level: "python", Threads: 1, Label: "`with context()` cycle", Ratio: f(0.97)},
+		{Level: "torch", Threads: 1, Label: "training step, 3 workers", Ratio: f(1.03),
+			DacSamples: []float64{103, 103}, NativeSamples: []float64{100, 100}},
+	}}
+	path := filepath.Join(t.TempDir(), "README.md")
+	before := "# title\n\n" + headlineBeginMarker + "\nold\n" + headlineEndMarker + "\n\nafter " + beginMarker + "\n"
+	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := RewriteHeadline(path, rep); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	for _, want := range []string{
+		"From the `make bench` run of 2026-01-02 on 2 cores (Test CPU, go1.26)",
+		"| C ABI (`dac_*`), 1 thread | 3 | 0.60 | 0.20 - 0.80 |\n",
+		"| C++ API (`distautograd.hpp`), 1 thread | 1 | 0.62 | 0.62 - 0.62 |\n",
+		"| Python package, against torch's binding | 1 | 0.97 | 0.97 - 0.97 |\n",
+		"| torch backend, against torch as built | 1 | 1.03 | 1.03 - 1.03 |\n",
+		"A torch training step (training step, 3 workers): ratio 1.03, 90 % interval 1.03-1.03.\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "old") || !strings.HasPrefix(got, "# title\n\n"+headlineBeginMarker+"\n\n") ||
+		!strings.HasSuffix(got, "\n"+headlineEndMarker+"\n\nafter "+beginMarker+"\n") {
+		t.Errorf("rewritten file:\n%s", got)
 	}
 }

@@ -5,10 +5,11 @@
 // machine and date of the run, its flags, one row per operation {level, op,
 // threads, label, distautograd_call, native_call, distautograd_ns,
 // native_ns, ratio} (ratio = distautograd / native, from medians of several
-// repetitions) and the memory figures. With -readme it rewrites the marked
-// section of that file (the top README's results) from bench.json, so the
-// README shows what the last run measured and nothing else; -from renders
-// an existing bench.json without measuring.
+// repetitions) and the memory figures. With -tables it rewrites the marked
+// section of that file (docs/benchmarks.md) with every table, with
+// -headline the marked section of that one (README.md) with the headline
+// ratios, both from bench.json, so the docs show what the last run measured
+// and nothing else; -from renders an existing bench.json without measuring.
 //
 // Levels:
 //   - c: bench/cxx/harness.cpp, one program linked with both libraries; every
@@ -120,8 +121,9 @@ func main() {
 	flag.IntVar(&cfg.MemLive, "mem-live", 1000000, "memory: live contexts for bytes per context (0: skip)")
 	flag.IntVar(&cfg.MemCycles, "mem-cycles", 10000000, "memory: new/release cycles for the RSS check (0: skip)")
 	skip := flag.String("skip", "", "comma-separated levels to skip: c, python")
-	readme := flag.String("readme", "", "rewrite this file's section between "+beginMarker+" and "+endMarker+" from the run's bench.json")
-	from := flag.String("from", "", "measure nothing: print (and with -readme, render) this bench.json")
+	tables := flag.String("tables", "", "rewrite this file's section between "+beginMarker+" and "+endMarker+" with the run's tables, from its bench.json")
+	headline := flag.String("headline", "", "rewrite this file's section between "+headlineBeginMarker+" and "+headlineEndMarker+" with the run's headline ratios, from its bench.json")
+	from := flag.String("from", "", "measure nothing: print (and with -tables, -headline, render) this bench.json")
 	byThreads := flag.String("by-threads", "", "measure nothing: print this file of the harness's own output (docs/perf-data/) as a table with a column per thread count")
 	flag.Parse()
 	if *byThreads != "" {
@@ -142,12 +144,7 @@ func main() {
 			fatal(err)
 		}
 		PrintTables(os.Stdout, rep)
-		if *readme != "" {
-			if err := RewriteSection(*readme, rep); err != nil {
-				fatal(err)
-			}
-			fmt.Printf("\nrewrote the results in %s from %s\n", *readme, *from)
-		}
+		rewrite(*tables, *headline, rep, *from)
 		return
 	}
 	for _, s := range strings.Split(*skip, ",") {
@@ -180,17 +177,30 @@ func main() {
 	PrintTables(os.Stdout, rep)
 	out := filepath.Join(cfg.Out, "bench.json")
 	fmt.Printf("\nwrote %s\n", out)
-	if *readme != "" {
-		// Rendered from the file just written, as -from would: the README
+	if *tables != "" || *headline != "" {
+		// Rendered from the file just written, as -from would: the docs
 		// can only show what bench.json holds.
 		saved, err := LoadReport(out)
 		if err != nil {
 			fatal(err)
 		}
-		if err := RewriteSection(*readme, saved); err != nil {
+		rewrite(*tables, *headline, saved, out)
+	}
+}
+
+// rewrite renders the report into the files -tables and -headline name.
+func rewrite(tables, headline string, rep Report, from string) {
+	if tables != "" {
+		if err := RewriteSection(tables, rep); err != nil {
 			fatal(err)
 		}
-		fmt.Printf("rewrote the results in %s\n", *readme)
+		fmt.Printf("\nrewrote the tables in %s from %s\n", tables, from)
+	}
+	if headline != "" {
+		if err := RewriteHeadline(headline, rep); err != nil {
+			fatal(err)
+		}
+		fmt.Printf("rewrote the headline ratios in %s from %s\n", headline, from)
 	}
 }
 

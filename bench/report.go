@@ -294,31 +294,94 @@ func ratio(p *float64) string {
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
-// The README section that make bench rewrites lies between these lines.
+// The sections make bench rewrites lie between these lines: the tables
+// (docs/benchmarks.md, -tables) and the headline ratios (README.md, -headline).
 const (
-	beginMarker = "<!-- bench:begin (make bench writes this section from build/bench.json; edits are lost) -->"
-	endMarker   = "<!-- bench:end -->"
+	beginMarker         = "<!-- bench:begin (make bench writes this section from build/bench.json; edits are lost) -->"
+	endMarker           = "<!-- bench:end -->"
+	headlineBeginMarker = "<!-- bench:headline:begin (make bench writes this section from build/bench.json; edits are lost) -->"
+	headlineEndMarker   = "<!-- bench:headline:end -->"
 )
 
-// RewriteSection replaces what lies between the markers in path with the
-// report's tables.
+// RewriteSection replaces what lies between the tables' markers in path
+// with the report's tables.
 func RewriteSection(path string, rep Report) error {
+	return rewriteBetween(path, beginMarker, endMarker, func(w io.Writer) { PrintTables(w, rep) })
+}
+
+// RewriteHeadline replaces what lies between the headline's markers in
+// path with the report's headline ratios.
+func RewriteHeadline(path string, rep Report) error {
+	return rewriteBetween(path, headlineBeginMarker, headlineEndMarker, func(w io.Writer) { PrintHeadline(w, rep) })
+}
+
+func rewriteBetween(path, beginAt, endAt string, render func(io.Writer)) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	begin := bytes.Index(b, []byte(beginMarker))
-	end := bytes.Index(b, []byte(endMarker))
+	begin := bytes.Index(b, []byte(beginAt))
+	end := bytes.Index(b, []byte(endAt))
 	if begin < 0 || end < begin {
-		return fmt.Errorf("%s has no section between %q and %q to rewrite", path, beginMarker, endMarker)
+		return fmt.Errorf("%s has no section between %q and %q to rewrite", path, beginAt, endAt)
 	}
 	var out bytes.Buffer
-	out.Write(b[:begin+len(beginMarker)])
+	out.Write(b[:begin+len(beginAt)])
 	out.WriteString("\n\n")
-	PrintTables(&out, rep)
+	render(&out)
 	out.WriteString("\n")
 	out.Write(b[end:])
 	return os.WriteFile(path, out.Bytes(), 0o644)
+}
+
+// PrintHeadline writes what a reader of the README needs of a run: for
+// each way the library is used, at one thread, how many operations were
+// timed, their median ratio and the range (left out: the floors, which
+// time the call itself, and native's release without an RPC agent, an
+// exception path no job takes); and the torch level's training step with
+// its interval.
+func PrintHeadline(w io.Writer, rep Report) {
+	date := rep.Date
+	if t, err := time.Parse(time.RFC3339, rep.Date); err == nil {
+		date = t.Format("2006-01-02")
+	}
+	fmt.Fprintf(w, "From the `make bench` run of %s on %d cores (%s, %s); every row, the machine and how it measures: [docs/benchmarks.md](docs/benchmarks.md).\n\n",
+		date, rep.Machine.Cores, rep.Machine.CPU, rep.Machine.Go)
+	fmt.Fprintln(w, "| used through | operations timed | median ratio | lowest - highest |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|")
+	groups := []struct {
+		name  string
+		match func(Row) bool
+	}{
+		{"C ABI (`dac_*`), 1 thread", func(r Row) bool { return r.Level == "c" && strings.HasSuffix(r.Label, "(C ABI)") }},
+		{"C++ API (`distautograd.hpp`), 1 thread", func(r Row) bool { return r.Level == "c" && strings.HasSuffix(r.Label, "(C++ API)") }},
+		{"Python package, against torch's binding", func(r Row) bool { return r.Level == "python" }},
+		{"torch backend, against torch as built", func(r Row) bool { return r.Level == "torch" }},
+	}
+	for _, g := range groups {
+		var ratios []float64
+		for _, r := range rep.Rows {
+			if g.match(r) && r.Threads == 1 && r.Ratio != nil && !strings.HasPrefix(r.Label, "floor") && !strings.HasSuffix(r.Op, "_no_agent") {
+				ratios = append(ratios, *r.Ratio)
+			}
+		}
+		if len(ratios) == 0 {
+			continue
+		}
+		slices.Sort(ratios)
+		med := Median(ratios)
+		fmt.Fprintf(w, "| %s | %d | %s | %s - %s |\n", g.name, len(ratios), ratio(&med), ratio(&ratios[0]), ratio(&ratios[len(ratios)-1]))
+	}
+	for _, r := range rep.Rows {
+		if r.Level == "torch" && strings.HasPrefix(r.Label, "training step") && r.Ratio != nil {
+			fmt.Fprintf(w, "\nA torch training step (%s): ratio %s", r.Label, ratio(r.Ratio))
+			if lo, hi, ok := RatioInterval(r.DacSamples, r.NativeSamples); ok {
+				fmt.Fprintf(w, ", 90 %% interval %s-%s", ratio(&lo), ratio(&hi))
+			}
+			fmt.Fprintln(w, ".")
+		}
+	}
+	fmt.Fprintln(w, "\nRatio = distautograd's time / the native component's time for the same operation, measured in alternation on one machine: below 1.0, distautograd is faster.")
 }
 
 // PrintByThreads writes a harness's own output (its JSON rows, as kept in

@@ -183,8 +183,9 @@ def main():
                      "native_samples": [round(v, 1) for v in nat]})
         print("| %s | %.1f | %.1f | %.2f |" % (name, d, n, d / n))
     # build/bench.json is make bench's report (an object with "rows"): the
-    # torch rows replace any earlier ones; the README's results section is
-    # rendered from it (go run ./bench -from build/bench.json -readme README.md).
+    # torch rows replace any earlier ones; docs/benchmarks.md and the README's
+    # headline are rendered from it (go run ./bench -from build/bench.json
+    # -tables docs/benchmarks.md -headline README.md).
     for r in rows:
         r["label"] = r["op"]
         r["distautograd_call"] = "torch under the backend (distautograd-torch)"

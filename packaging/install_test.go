@@ -145,11 +145,14 @@ func TestInstallTree(t *testing.T) {
 		"usr/local/lib/libdistautograd.so." + major + " -> libdistautograd.so." + version,
 		"usr/local/lib/libdistautograd.so." + version,
 		"usr/local/lib/pkgconfig/distautograd.pc",
+		"usr/local/share/distautograd/installed-folders",
 	}, "\n")
-	// The torch backend joins the tree when it was built.
+	// The torch backend joins the tree when it was built (the Python
+	// tests of the backend check it, and that it serves torch).
 	var extra []string
 	for _, line := range strings.Split(got, "\n") {
-		if strings.Contains(line, "distautograd_torch") || strings.Contains(line, "distautograd-torch") {
+		if strings.Contains(line, "distautograd_torch") || strings.Contains(line, "distautograd-torch") ||
+			strings.HasPrefix(line, "usr/local/share/distautograd/_") {
 			extra = append(extra, line)
 		}
 	}
@@ -180,8 +183,88 @@ func TestInstallTree(t *testing.T) {
 	}
 
 	run(t, root, makeEnv(), "make", "--no-print-directory", "uninstall", "DESTDIR="+destdir, "PREFIX="+prefix)
-	if left := files(t, destdir); len(left) != 0 {
-		t.Errorf("make uninstall left %q", left)
+	// Every folder was made by the install: none is left.
+	if left, err := os.ReadDir(destdir); err != nil || len(left) != 0 {
+		t.Errorf("make uninstall left %v (%v)", left, err)
+	}
+}
+
+// TestInstallLdconfig: make install runs ldconfig only for a LIBDIR that
+// the loader's configuration covers (LD_SO_CONF, its include lines
+// followed), never for a staged install; make uninstall removes the folders
+// the install made and keeps those that were there.
+func TestInstallLdconfig(t *testing.T) {
+	need(t, "make")
+	tmp := t.TempDir()
+	record := filepath.Join(tmp, "ldconfig-ran")
+	ldconfig := filepath.Join(tmp, "fake-ldconfig")
+	if err := os.WriteFile(ldconfig, []byte("#!/bin/sh\necho ran >> "+record+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	covered := filepath.Join(tmp, "covered")
+	conf := filepath.Join(tmp, "ld.so.conf")
+	if err := os.MkdirAll(filepath.Join(tmp, "ld.so.conf.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for path, text := range map[string]string{
+		conf: "# the system's\ninclude ld.so.conf.d/*.conf\n",
+		filepath.Join(tmp, "ld.so.conf.d", "other.conf"):  "/opt/elsewhere/lib\n",
+		filepath.Join(tmp, "ld.so.conf.d", "dac.conf"):    covered + "/lib\n",
+		filepath.Join(tmp, "ld.so.conf.d", "ignored.txt"): tmp + "/private/lib\n",
+	} {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ran := func() int {
+		b, err := os.ReadFile(record)
+		if os.IsNotExist(err) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(record)
+		return strings.Count(string(b), "ran\n")
+	}
+	install := func(args ...string) string {
+		return run(t, root, makeEnv(), "make", append([]string{"--no-print-directory", "install",
+			"LDCONFIG=" + ldconfig, "LD_SO_CONF=" + conf}, args...)...)
+	}
+
+	private := filepath.Join(tmp, "private")
+	out := install("PREFIX=" + private)
+	if n := ran(); n != 0 || !strings.Contains(out, private+"/lib is not in the loader's configuration") {
+		t.Errorf("a private PREFIX ran ldconfig %d times; output:\n%s", n, out)
+	}
+	run(t, root, makeEnv(), "make", "--no-print-directory", "uninstall", "PREFIX="+private)
+	if _, err := os.Stat(private); !os.IsNotExist(err) {
+		t.Errorf("make uninstall left the PREFIX it made, %s (%v): %q", private, err, files(t, private))
+	}
+
+	// A folder that held something before keeps it, and stays.
+	keep := filepath.Join(covered, "lib", "keep.txt")
+	if err := os.MkdirAll(filepath.Dir(keep), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keep, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out = install("PREFIX=" + covered)
+	if n := ran(); n != 1 {
+		t.Errorf("a PREFIX whose lib the configuration lists ran ldconfig %d times, want 1; output:\n%s", n, out)
+	}
+	run(t, root, makeEnv(), "make", "--no-print-directory", "uninstall", "PREFIX="+covered)
+	if got := strings.Join(files(t, covered), " "); got != "lib/keep.txt" {
+		t.Errorf("after uninstall %s holds %q, want only lib/keep.txt", covered, got)
+	}
+	if _, err := os.Stat(filepath.Join(covered, "include")); !os.IsNotExist(err) {
+		t.Errorf("uninstall left the include folder it made (%v)", err)
+	}
+
+	out = install("PREFIX="+covered, "DESTDIR="+filepath.Join(tmp, "stage"))
+	if n := ran(); n != 0 || !strings.Contains(out, "no ldconfig") {
+		t.Errorf("a staged install ran ldconfig %d times; output:\n%s", n, out)
 	}
 }
 
@@ -257,5 +340,36 @@ func TestCMakeConsumer(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), `compatible with requested version "1.0"`) {
 		t.Errorf("find_package(distautograd 1.0) with %s installed: err %v, want the version refused:\n%s", headerVersion(t), err, out)
+	}
+}
+
+// TestReadmeCExample builds the README's C program exactly as the README
+// says (cc app.c $(pkg-config ...)) against a staged install, runs it and
+// compares its output with the one the README shows.
+func TestReadmeCExample(t *testing.T) {
+	need(t, "pkg-config", "cc")
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```c\n(/\\* app\\.c \\*/\n.*?)```\n").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README.md has no ```c block starting /* app.c */")
+	}
+	shown := regexp.MustCompile("(?s)cc app\\.c \\$\\(pkg-config --cflags --libs distautograd\\) -o app && \\./app\n```\n\n```\n(.*?)```\n").FindSubmatch(readme)
+	if shown == nil {
+		t.Fatal("README.md shows no output after `cc app.c $(pkg-config --cflags --libs distautograd) -o app && ./app`")
+	}
+	destdir := install(t)
+	libdir := filepath.Join(destdir, "usr/local/lib")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "app.c"), m[1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := append(makeEnv(), "PKG_CONFIG_LIBDIR="+filepath.Join(libdir, "pkgconfig"), "PKG_CONFIG_PATH=",
+		"PKG_CONFIG_SYSROOT_DIR="+destdir)
+	run(t, dir, env, "sh", "-c", "cc -Wall -Wextra -Werror app.c $(pkg-config --cflags --libs distautograd) -o app")
+	if got := run(t, dir, append(env, "LD_LIBRARY_PATH="+libdir), "./app"); got != string(shown[1]) {
+		t.Errorf("the README's app.c printed\n%s\nthe README shows\n%s", got, shown[1])
 	}
 }

@@ -8,10 +8,11 @@ no network, in any virtual environment; and it is what ``make wheel`` runs::
     python3 python_bindings/wheel_backend.py [--library PATH] [-o DIR]
 
 The wheel is ``distautograd-<version>-py3-none-<platform>.whl``: pure Python
-(ctypes, any CPython 3), so ``py3-none``, but it carries a shared library
+(ctypes, any CPython 3), so ``py3-none``, but it carries shared libraries
 built for this machine's architecture against glibc, so the platform tag is
-this one's (``linux_x86_64``: not a manylinux tag, whose promises about the
-library's dependencies nothing here checks). The version is the header's
+``manylinux_X_Y_<arch>`` (PEP 600), X.Y the newest ``GLIBC_`` symbol version
+any of its .so files needs, read from their ELF version-needs sections at
+build: it installs wherever that glibc is. The version is the header's
 DAC_VERSION_STRING, so the package and the library it carries cannot
 disagree.
 
@@ -23,10 +24,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import glob
 import hashlib
 import io
 import os
 import re
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -54,8 +57,13 @@ REQUIRES_PYTHON = ">=3.8"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
-#: The torch backend's files, bundled when built (make, with libtorch-dev).
-TORCH_FILES = ("libdistautograd_torch.so", "libdistautograd_torch_impl.so")
+#: The library, under its soname: what the torch backend's implementations
+#: link and the package loads (one file: a wheel cannot hold a link).
+SONAME_FILE = "libdistautograd.so.0"
+#: The torch backend's files, bundled when built (make, with libtorch-dev):
+#: its shim and every implementation (one per torch served).
+TORCH_SHIM = "libdistautograd_torch.so"
+TORCH_IMPLS = "libdistautograd_torch_impl*.so"
 
 #: The launcher: `distautograd-torch python train.py`.
 ENTRY_POINTS = "[console_scripts]\ndistautograd-torch = distautograd.torch:main\n"
@@ -69,13 +77,68 @@ def version() -> str:
     return m.group(1)
 
 
-def platform_tag() -> str:
-    """The wheel platform tag of this interpreter's platform (linux_x86_64)."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", sysconfig.get_platform())
+_SHT_GNU_VERNEED = 0x6FFFFFFE
 
 
-def wheel_name() -> str:
-    return "%s-%s-py3-none-%s.whl" % (NAME, version(), platform_tag())
+def glibc_needed(path: str) -> Optional[Tuple[int, ...]]:
+    """The newest GLIBC_x.y symbol version the ELF file at path needs (its
+    SHT_GNU_verneed section, as `readelf -V` shows it), or None."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise SystemExit("distautograd: %s is not a 64-bit little-endian ELF file" % path)
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    newest: Optional[Tuple[int, ...]] = None
+    for sh in sections:
+        if sh[1] != _SHT_GNU_VERNEED:
+            continue
+        strtab_offset = sections[sh[6]][4]
+        entry = sh[4]
+        for _ in range(sh[7]):  # sh_info: the number of Verneed entries
+            _, cnt, _, aux, nxt = struct.unpack_from("<HHIII", data, entry)
+            at = entry + aux
+            for _ in range(cnt):
+                _, _, _, name, aux_next = struct.unpack_from("<IHHII", data, at)
+                end = data.index(b"\0", strtab_offset + name)
+                m = re.match(r"GLIBC_(\d+(?:\.\d+)+)$", data[strtab_offset + name:end].decode("ascii", "replace"))
+                if m:
+                    v = tuple(int(x) for x in m.group(1).split("."))
+                    newest = v if newest is None or v > newest else newest
+                at += aux_next
+            entry += nxt
+    return newest
+
+
+def platform_tag(files: List[str]) -> str:
+    """manylinux_X_Y_ARCH from the newest glibc version the files need
+    (linux_ARCH when none needs a versioned glibc symbol)."""
+    arch = re.sub(r"[^A-Za-z0-9_]", "_", sysconfig.get_platform().split("-", 1)[-1])
+    needs = [v for v in (glibc_needed(p) for p in files) if v]
+    if not needs:
+        return "linux_" + arch
+    newest = max(needs)
+    return "manylinux_%d_%d_%s" % (newest[0], newest[1] if len(newest) > 1 else 0, arch)
+
+
+def bundled(lib_path: str) -> List[Tuple[str, str]]:
+    """(name in the package, path here) of the shared objects the wheel
+    carries: the library once, under its soname; and the torch backend
+    where it was built beside the library (the launcher and the package both
+    take that one library in a process under the backend: one Go runtime)."""
+    out = [(SONAME_FILE, lib_path)]
+    folder = os.path.dirname(os.path.abspath(lib_path))
+    shim = os.path.join(folder, TORCH_SHIM)
+    impls = sorted(glob.glob(os.path.join(folder, TORCH_IMPLS)))
+    if os.path.isfile(shim) and impls:
+        out += [(os.path.basename(p), p) for p in [shim] + impls]
+    return out
+
+
+def wheel_name(lib: Optional[str] = None) -> str:
+    files = [p for _, p in bundled(library(lib))]
+    return "%s-%s-py3-none-%s.whl" % (NAME, version(), platform_tag(files))
 
 
 def library(explicit: Optional[str] = None) -> str:
@@ -114,10 +177,8 @@ def metadata() -> str:
     return "\n".join(lines) + "\n\n" + readme
 
 
-def wheel_file() -> str:
-    return "Wheel-Version: 1.0\nGenerator: distautograd wheel_backend\nRoot-Is-Purelib: false\nTag: py3-none-%s\n" % (
-        platform_tag()
-    )
+def wheel_file(tag: str) -> str:
+    return "Wheel-Version: 1.0\nGenerator: distautograd wheel_backend\nRoot-Is-Purelib: false\nTag: py3-none-%s\n" % tag
 
 
 def package_files() -> List[Tuple[str, str]]:
@@ -154,21 +215,14 @@ def build(out_dir: str, lib: Optional[str] = None) -> str:
         with open(path, "rb") as f:
             entries[arcname] = (f.read(), 0o644)
     lib_path = library(lib)
-    with open(lib_path, "rb") as f:  # follows the .so -> .so.X -> .so.X.Y.Z links
-        entries[NAME + "/libdistautograd.so"] = (f.read(), 0o755)
-    # The torch backend, where it was built beside the library: its shim, its
-    # implementation, and the library under the soname the implementation
-    # links (the launcher and the package both take that one in a process
-    # under the backend: one library, one Go runtime).
-    folder = os.path.dirname(os.path.abspath(lib_path))
-    torch_files = [os.path.join(folder, n) for n in TORCH_FILES]
-    if all(os.path.isfile(p) for p in torch_files):
-        for p in torch_files + [os.path.join(folder, "libdistautograd.so.0")]:
-            with open(p, "rb") as f:
-                entries[NAME + "/" + os.path.basename(p)] = (f.read(), 0o755)
+    shared = bundled(lib_path)
+    for name, path in shared:
+        with open(path, "rb") as f:  # follows the .so -> .so.X -> .so.X.Y.Z links
+            entries[NAME + "/" + name] = (f.read(), 0o755)
+    tag = platform_tag([p for _, p in shared])
     entries[dist_info + "/entry_points.txt"] = (ENTRY_POINTS.encode("utf-8"), 0o644)
     entries[dist_info + "/METADATA"] = (metadata().encode("utf-8"), 0o644)
-    entries[dist_info + "/WHEEL"] = (wheel_file().encode("utf-8"), 0o644)
+    entries[dist_info + "/WHEEL"] = (wheel_file(tag).encode("utf-8"), 0o644)
     entries[dist_info + "/top_level.txt"] = ((NAME + "\n").encode("utf-8"), 0o644)
     record = io.StringIO()
     for arcname, (data, _) in entries.items():
@@ -177,7 +231,7 @@ def build(out_dir: str, lib: Optional[str] = None) -> str:
     entries[dist_info + "/RECORD"] = (record.getvalue().encode("utf-8"), 0o644)
 
     os.makedirs(out_dir, exist_ok=True)
-    name = wheel_name()
+    name = "%s-%s-py3-none-%s.whl" % (NAME, version(), tag)
     final = os.path.join(out_dir, name)
     tmp = final + ".tmp"
     when = _date_time()
@@ -210,9 +264,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--library", help="the libdistautograd.so to bundle (default: $%s, else make's)" % LIBRARY_ENV)
     ap.add_argument("-o", "--out-dir", default=os.path.join(CHECKOUT, "build"))
     ap.add_argument("--name", action="store_true", help="print the wheel's file name and build nothing")
+    ap.add_argument("--tag", action="store_true", help="print the wheel's platform tag and build nothing")
     args = ap.parse_args(argv)
     if args.name:
-        print(wheel_name())
+        print(wheel_name(args.library))
+        return 0
+    if args.tag:
+        print(platform_tag([p for _, p in bundled(library(args.library))]))
         return 0
     name = build(args.out_dir, args.library)
     print(os.path.join(args.out_dir, name))

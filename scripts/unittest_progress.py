@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Runs unittest discovery in one process and reports as it goes: a line per
 test module when it finishes (its counts and time), a line at once for each
-test that fails, errs or skips, the tracebacks at the end, and the counts as
+test that fails, errs or skips (with --each-test, a line as each test
+ends), the tracebacks at the end, and the counts and the failed tests as
 JSON for the summary of `make test` (scripts/run-tests).
 
-    unittest_progress.py [--json FILE] -s START_DIR [-t TOP_LEVEL_DIR]
+    unittest_progress.py [--json FILE] [--each-test] -s START_DIR [-t TOP_LEVEL_DIR]
 
 Exit status 0 when every test passed or skipped, 1 otherwise (also when
 nothing was found: a suite that runs no test is broken).
@@ -42,9 +43,11 @@ class ProgressResult(unittest.TestResult):
     """Counts per module; main prints a module's line when its suite ends
     (its class and module fixtures included in its time)."""
 
-    def __init__(self, stream: io.TextIOBase) -> None:
+    def __init__(self, stream: io.TextIOBase, each_test: bool = False) -> None:
         super().__init__()
         self.stream = stream
+        self.each_test = each_test
+        self.test_started = 0.0
         self.current: Optional[ModuleCounts] = None
         self.modules: List[Dict[str, object]] = []
         self.problems: List[Tuple[str, str, str]] = []  # (kind, test id, text)
@@ -87,7 +90,13 @@ class ProgressResult(unittest.TestResult):
 
     def startTest(self, test: unittest.TestCase) -> None:
         self._module(test)
+        self.test_started = time.monotonic()
         super().startTest(test)
+
+    def stopTest(self, test: unittest.TestCase) -> None:
+        super().stopTest(test)
+        if self.each_test:
+            self._line("  ... %s (%.1fs)" % (test.id(), time.monotonic() - self.test_started))
 
     def _count(self, test: unittest.TestCase, key: str) -> None:
         m = self._module(test)
@@ -148,13 +157,15 @@ def main() -> int:
     ap.add_argument("-t", "--top-level-directory")
     ap.add_argument("-p", "--pattern", default="test*.py")
     ap.add_argument("--json", help="write the counts here")
+    ap.add_argument("--each-test", action="store_true",
+                    help="also a line as each test ends (for suites whose modules run for minutes)")
     args = ap.parse_args()
 
     if args.top_level_directory:
         sys.path.insert(0, args.top_level_directory)
     suite = unittest.defaultTestLoader.discover(args.start_directory, args.pattern, args.top_level_directory)
     out = sys.stdout
-    result = ProgressResult(out)
+    result = ProgressResult(out, each_test=args.each_test)
     started = time.monotonic()
     # discover gives one suite per test module: each runs as a top-level
     # suite, which tears its class and module fixtures down at its end.
@@ -172,7 +183,8 @@ def main() -> int:
     out.flush()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(dict(t, seconds=round(took, 3), modules=result.modules), f, indent=1)
+            json.dump(dict(t, seconds=round(took, 3), modules=result.modules,
+                           failures=[test_id for _, test_id, _ in result.problems]), f, indent=1)
     return 0 if total and not t["failed"] else 1
 
 

@@ -1,8 +1,9 @@
 """``python -m distautograd``: what to know first about this install.
 
 The version, the library file that was loaded and how it was found, whether
-the torch backend is active, and the library's debug information (of a
-container initialized for worker 0 in this short-lived process). Exit
+the torch backend is active (and if not, why and what to run), and the
+library's debug information (of a container initialized for worker 0 in
+this short-lived process). Exit
 status 0 when the library loaded and answered.
 """
 from __future__ import annotations
@@ -39,7 +40,8 @@ def _torch_backend() -> str:
             return "not available (this package has no distautograd.torch)"
         return "not available (importing distautograd.torch failed: %s)" % e
     try:
-        return "active" if backend.active() else "inactive"
+        on, why = backend.state()
+        return ("active (%s)" if on else "inactive: %s") % why
     except Exception as e:  # the report must come out whatever the backend does
         return "unknown (distautograd.torch.active() raised %s: %s)" % (type(e).__name__, e)
 

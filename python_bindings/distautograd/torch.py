@@ -2,17 +2,21 @@
 
 ``distautograd-torch CMD ARGS...`` (or ``python -m distautograd.torch CMD
 ARGS...``) runs CMD with the torch backend preloaded: every process it
-starts that loads torch 1.13 keeps its distributed autograd contexts in
-distautograd (``dist_autograd.backward``, the send/recv functions of every
+starts that loads a torch the backend serves (``SERVED_TORCH``) keeps its
+distributed autograd contexts in distautograd (``dist_autograd.backward``, the send/recv functions of every
 RPC, the cleanup RPCs, ``torch.distributed.autograd.context()``), with no
 change to the script. It works in front of ``torchrun`` too::
 
-    distautograd-torch python train.py --epochs 3
+    distautograd-torch /usr/bin/python3 train.py --epochs 3
     distautograd-torch torchrun --nproc_per_node 4 --redirects 2 --tee 2 train.py
 
 (Debian's torchrun for torch 1.13 on Python 3.11 parses only 1 and 2 for
 ``--redirects`` and ``--tee``, whose default is 0, with or without the
 backend.)
+
+The launcher judges the command before it runs it (``_launch``): the
+Python that command runs must have a served torch, else it says which
+Python has one and runs nothing.
 
 Inside, :func:`active` says whether torch's container is distautograd, and
 ``torch.distributed.autograd._get_debug_info()`` shows distautograd's
@@ -21,154 +25,84 @@ distributed autograd never load more than a few kilobytes of the backend.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
-import re
-import shutil
 import sys
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
-from . import _process
+from . import _launch, _process
+from ._launch import SERVED_TORCH, UsageError, library_path
 
-__all__ = ["active", "library_path", "main", "TORCH_VERSION"]
-
-#: The torch the backend serves (Debian's python3-torch / libtorch-dev).
-TORCH_VERSION = "1.13"
-
-#: Names the backend's shim explicitly (else the package's folder, then the checkout's build/).
-LIBRARY_ENV = "DISTAUTOGRAD_TORCH_LIBRARY"
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_CHECKOUT_BUILD = os.path.normpath(os.path.join(_HERE, os.pardir, os.pardir, "build"))
+__all__ = ["active", "state", "library_path", "main", "SERVED_TORCH"]
 
 
-class UsageError(Exception):
-    """What the launcher refuses, with the message to show."""
+def _instead() -> str:
+    return "`distautograd-torch %s script.py`" % _launch.SYSTEM_PYTHON
 
 
-def library_path() -> str:
-    """The path of libdistautograd_torch.so, checked: beside it the
-    implementation and libdistautograd. Raises UsageError saying what is
-    missing."""
-    env = os.environ.get(LIBRARY_ENV)
-    if env:
-        if not os.path.isfile(env):
-            raise UsageError("%s=%r does not name a file" % (LIBRARY_ENV, env))
-        shim = env
-    else:
-        tried = [os.path.join(d, _process.SHIM_NAME) for d in (_HERE, _CHECKOUT_BUILD)]
-        found = [p for p in tried if os.path.isfile(p)]
-        if not found:
-            raise UsageError(
-                "the torch backend is not built: looked for %s. Run `make` in the distautograd checkout "
-                "(it needs libtorch-dev), or set %s" % (" and ".join(tried), LIBRARY_ENV))
-        shim = found[0]
-    shim = os.path.realpath(shim)
-    folder = os.path.dirname(shim)
-    for name in (_process.IMPL_NAME, _process.SONAME):
-        if not os.path.isfile(os.path.join(folder, name)):
-            raise UsageError("%s lacks %s beside it: the backend was built without libtorch-dev, or partly; "
-                             "install libtorch-dev and run `make`" % (shim, name))
-    return shim
-
-
-def _torch_version() -> Optional[str]:
-    """torch's version for this interpreter, read without importing torch
-    (which takes a second), or None without torch."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        try:
-            with open(os.path.join(folder, "version.py"), encoding="utf-8") as f:
-                m = re.search(r"""__version__\s*=\s*['"]([^'"]+)['"]""", f.read())
-        except OSError:
-            continue
-        if m:
-            return m.group(1)
-    return "unknown"
-
-
-def check_torch() -> str:
-    """Returns torch's version if the backend serves it, else raises UsageError."""
-    v = _torch_version()
-    if v is None:
-        raise UsageError("torch is not installed for %s: the backend serves torch %s (Debian: apt-get install "
-                         "python3-torch libtorch-dev)" % (sys.executable, TORCH_VERSION))
-    if not (v == TORCH_VERSION or v.startswith(TORCH_VERSION + ".")):
-        raise UsageError("torch %s is installed for %s; the backend serves torch %s only. Run the command "
-                         "without distautograd-torch (torch then keeps its own container)"
-                         % (v, sys.executable, TORCH_VERSION))
-    return v
-
-
-def active() -> bool:
-    """Whether torch's distributed autograd container is distautograd in this
-    process: the backend is preloaded and serves this torch (it decides on
-    torch's first container call; this makes that call if none was made, so
-    it imports torch)."""
+def state() -> Tuple[bool, str]:
+    """(whether torch's distributed autograd container is distautograd in
+    this process, why not and what to run). Under the backend it makes
+    torch's first container call if none was made, so it imports torch."""
     shim = _process.shim_path()
     if shim is None:
-        return False
+        try:
+            library_path()
+        except UsageError as e:
+            return False, "not preloaded in this process, and %s" % e
+        try:
+            _, version = _launch.probe(sys.executable, dict(os.environ))
+        except UsageError:
+            version = None
+        if version is None:
+            return False, ("not preloaded in this process, and this Python (%s) has no torch: run the script "
+                           "as %s" % (sys.executable, _instead()))
+        if not _launch.served(version):
+            return False, ("not preloaded in this process, and this Python's torch %s is not one the backend "
+                           "serves (%s): run the script as %s" % (version, _launch.served_text(), _instead()))
+        return False, ("not preloaded in this process: run the script as `distautograd-torch %s script.py`"
+                       % sys.executable)
     import ctypes
 
+    try:
+        import torch
+    except ImportError as e:
+        return False, ("preloaded (%s), but torch does not import in this Python (%s: %s): run the script as %s"
+                       % (shim, sys.executable, e, _instead()))
+    version = getattr(torch, "__version__", "unknown")
+    if not _launch.served(version):
+        return False, ("preloaded, but torch %s is not one the backend serves (%s): torch keeps its own "
+                       "container; run it without distautograd-torch, or as %s"
+                       % (version, _launch.served_text(), _instead()))
     import torch.distributed.autograd  # noqa: F401  (loads libtorch: the backend can decide)
 
     entry = getattr(ctypes.CDLL(None), _process.PROBE_SYMBOL)
     entry.restype = ctypes.c_int64
     entry.argtypes = []
     entry()  # currentContextId: harmless either way, and it makes the backend decide
-    try:
-        impl = ctypes.CDLL(os.path.join(os.path.dirname(shim), _process.IMPL_NAME), mode=_process.RTLD_NOLOAD)
-    except OSError:
+    # The implementation the shim loaded, if any (one per torch served).
+    serving = False
+    for path in _launch.impl_files(os.path.dirname(shim)):
+        try:
+            impl = ctypes.CDLL(path, mode=_process.RTLD_NOLOAD)
+        except OSError:
+            continue
+        serving = serving or bool(impl.dat_impl_active())
+    if not serving:
+        return False, ("preloaded, but the backend refused this torch %s on its first container call (its "
+                       "reason went to stderr once: \"distautograd-torch: ... NOT in use\")" % version)
+    return True, "torch %s, %s" % (version, shim)
+
+
+def active() -> bool:
+    """Whether torch's distributed autograd container is distautograd in this
+    process: the backend is preloaded and serves this torch (see state)."""
+    if _process.shim_path() is None:
         return False
-    return bool(impl.dat_impl_active())
-
-
-USAGE = """usage: distautograd-torch [--check] COMMAND [ARGS...]
-       python -m distautograd.torch [--check] COMMAND [ARGS...]
-
-Runs COMMAND with torch's distributed autograd served by distautograd
-(LD_PRELOAD of the torch backend; every process COMMAND starts inherits it).
---check only checks that the backend is built and torch is %s, and prints
-the library's path.""" % TORCH_VERSION
+    return state()[0]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    check_only = False
-    while args and args[0].startswith("-"):
-        a = args.pop(0)
-        if a == "--":
-            break
-        if a in ("-h", "--help"):
-            print(USAGE)
-            return 0
-        if a == "--check":
-            check_only = True
-            continue
-        print("distautograd-torch: unknown option %s\n%s" % (a, USAGE), file=sys.stderr)
-        return 2
-    try:
-        shim = library_path()
-        version = check_torch()
-    except UsageError as e:
-        print("distautograd-torch: %s" % e, file=sys.stderr)
-        return 2
-    if check_only:
-        print("%s (torch %s)" % (shim, version))
-        return 0
-    if not args:
-        print(USAGE, file=sys.stderr)
-        return 2
-    if shutil.which(args[0]) is None and not os.path.exists(args[0]):
-        print("distautograd-torch: %s: command not found" % args[0], file=sys.stderr)
-        return 127
-    env = dict(os.environ)
-    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p != shim]
-    env["LD_PRELOAD"] = " ".join([shim] + preload)
-    os.execvpe(args[0], args, env)
-    return 127  # not reached
+    return _launch.main(argv)
 
 
 if __name__ == "__main__":

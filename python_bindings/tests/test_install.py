@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -37,6 +38,40 @@ def _bare_env() -> Dict[str, str]:
     env = _support.child_env(DISTAUTOGRAD_LIBRARY=None, PYTHONPATH=None, MAKEFLAGS=None, MFLAGS=None,
                              MAKELEVEL=None, MAKEOVERRIDES=None, **PIP_ENV)
     return env
+
+
+def manylinux_tag(paths) -> str:
+    """PEP 600's tag for the newest GLIBC_ version the files need, as
+    binutils' readelf lists their version needs (independent of the wheel
+    backend's own ELF reader)."""
+    newest = (0, 0)
+    for path in paths:
+        p = subprocess.run(["readelf", "-V", "--wide", path], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        for m in re.finditer(r"Name: GLIBC_(\d+)\.(\d+)", p.stdout):
+            newest = max(newest, (int(m.group(1)), int(m.group(2))))
+    assert newest > (2, 17), "no glibc version need found in %s" % paths
+    return "manylinux_%d_%d_%s" % (newest + (sysconfig.get_platform().split("-", 1)[1].replace("-", "_"),))
+
+
+def readme_output():
+    """The lines python_bindings/README.md shows for `python -m distautograd`."""
+    with open(os.path.join(_support.BINDINGS, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    after = text[text.index("`python -m distautograd` prints"):]
+    block = after[after.index("```\n") + 4:]
+    return block[:block.index("```\n")].splitlines()
+
+
+def matches(pattern, lines) -> bool:
+    """Whether lines match the pattern lines: "..." within a line stands for
+    any text, a line that is only "..." for any number of lines."""
+    if not pattern:
+        return not lines
+    if pattern[0] == "...":
+        return any(matches(pattern[1:], lines[i:]) for i in range(len(lines) + 1))
+    rx = ".*".join(re.escape(part) for part in pattern[0].split("..."))
+    return bool(lines) and re.fullmatch(rx, lines[0]) is not None and matches(pattern[1:], lines[1:])
 
 
 def _version() -> str:
@@ -87,7 +122,7 @@ class Install(unittest.TestCase):
         venv = os.path.realpath(os.path.join(os.path.dirname(python), os.pardir))
         self.assertTrue(os.path.realpath(out["file"]).startswith(venv + os.sep), out)
         pkg = os.path.realpath(os.path.dirname(out["file"]))
-        self.assertEqual(os.path.realpath(out["lib"]), os.path.join(pkg, "libdistautograd.so"))
+        self.assertEqual(os.path.realpath(out["lib"]), os.path.join(pkg, "libdistautograd.so.0"))
         self.assertEqual(out["cid"], _support.FIRST_ID)
         self.assertTrue(out["typed"])
         self.assertEqual(out["version"], _version())
@@ -97,11 +132,14 @@ class Install(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         lines = p.stdout.splitlines()
         self.assertEqual(lines[0], "distautograd " + _version())
-        self.assertIn("library:       " + os.path.join(pkg, "libdistautograd.so"), p.stdout)
+        self.assertIn("library:       " + os.path.join(pkg, "libdistautograd.so.0") + "\n", p.stdout)
         self.assertIn("found in:    the package's own folder", p.stdout)
         self.assertTrue(any(line.startswith("torch backend: ") for line in lines), p.stdout)
         info = json.loads("\n".join(lines[lines.index("debug info (this process, after _init(0)):") + 1:]))
         self.assertEqual(info["num_autograd_contexts"], 0)
+        want = readme_output()
+        self.assertTrue(matches(want, lines), "python_bindings/README.md shows\n%s\nbut python -m distautograd "
+                        "printed\n%s" % ("\n".join(want), p.stdout))
 
     def test_wheel_into_bare_venv(self) -> None:
         out = os.path.join(self.tmp, "dist")
@@ -109,7 +147,13 @@ class Install(unittest.TestCase):
                             "PYTHON=" + sys.executable],
                            env=self.env, capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+        build = os.path.dirname(_support.BUILD_LIB)
+        shared = [os.path.realpath(_support.BUILD_LIB)]
+        torch_backend = [os.path.join(build, n) for n in sorted(os.listdir(build))
+                         if re.match(r"libdistautograd_torch(_impl.*)?\.so$", n)]
+        if len(torch_backend) >= 2:  # the shim and an implementation: the backend was built
+            shared += torch_backend
+        platform = manylinux_tag(shared)
         name = "distautograd-%s-py3-none-%s.whl" % (_version(), platform)
         self.assertEqual(os.listdir(out), [name])
         wheel = os.path.join(out, name)
@@ -118,16 +162,21 @@ class Install(unittest.TestCase):
             names = set(z.namelist())
             dist_info = "distautograd-%s.dist-info/" % _version()
             for want in ("distautograd/__init__.py", "distautograd/__main__.py", "distautograd/py.typed",
-                         "distautograd/libdistautograd.so", dist_info + "METADATA", dist_info + "WHEEL",
+                         "distautograd/libdistautograd.so.0", dist_info + "METADATA", dist_info + "WHEEL",
                          dist_info + "RECORD"):
                 self.assertIn(want, names)
+            # The library once (a wheel holds no links), and each shared object
+            # the platform tag was computed from.
+            carried = sorted(n for n in names if ".so" in n)
+            self.assertEqual(carried, sorted("distautograd/" + ("libdistautograd.so.0" if p == shared[0] else
+                                                                os.path.basename(p)) for p in shared))
             self.assertFalse([n for n in names if "__pycache__" in n or n.endswith(".pyc")], names)
             wheel_meta = z.read(dist_info + "WHEEL").decode()
             self.assertIn("Root-Is-Purelib: false\n", wheel_meta)
             self.assertIn("Tag: py3-none-%s\n" % platform, wheel_meta)
             self.assertIn("Version: %s\n" % _version(), z.read(dist_info + "METADATA").decode())
             with open(os.path.realpath(_support.BUILD_LIB), "rb") as f:
-                self.assertEqual(z.read("distautograd/libdistautograd.so"), f.read())
+                self.assertEqual(z.read("distautograd/libdistautograd.so.0"), f.read())
             # RECORD lists every other file with its sha256 and size.
             record = {}
             for line in z.read(dist_info + "RECORD").decode().splitlines():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -44,6 +45,15 @@ def env(backend: bool, **extra: str) -> dict:
         e["LD_PRELOAD"] = SHIM
     e.update(extra)
     return e
+
+
+def served_text() -> str:
+    """The torch versions the backend serves, as its messages name them
+    (SERVED_TORCH: one list, read here rather than restated)."""
+    r = subprocess.run([PYTHON, "-c", "from distautograd._launch import served_text; print(served_text())"],
+                       env=env(False), capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
 
 
 def free_port() -> str:
@@ -261,20 +271,266 @@ class TestLauncher(BackendTest):
             self.assertEqual(served["contexts"], 0)
 
     def test_bad_use(self) -> None:
-        r = self.launch("--check")
+        r = self.launch("--check", PYTHON)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("libdistautograd_torch.so (torch 1.13", r.stdout)
-        r = self.launch("--check", DISTAUTOGRAD_TORCH_LIBRARY="/nonexistent/libdistautograd_torch.so")
+        r = self.launch("--check", PYTHON, DISTAUTOGRAD_TORCH_LIBRARY="/nonexistent/libdistautograd_torch.so")
         self.assertEqual(r.returncode, 2)
         self.assertIn("does not name a file", r.stderr)
-        # An interpreter without torch: -S keeps the system's site packages out.
-        r = subprocess.run([PYTHON, "-S", "-m", "distautograd.torch", "true"], env=env(False), capture_output=True,
-                           text=True, timeout=TIMEOUT)
-        self.assertEqual(r.returncode, 2)
-        self.assertIn("torch is not installed", r.stderr)
         r = self.launch("no-such-command-here")
         self.assertEqual(r.returncode, 127)
-        self.assertIn("command not found", r.stderr)
+        self.assertEqual(r.stderr, "distautograd-torch: no-such-command-here: command not found\n")
+
+
+#: What a command run under the launcher prints: whether the backend serves it.
+ACTIVE = "import distautograd.torch as t; print('ran', t.active())"
+
+
+class TestLauncherJudgesTheCommand(BackendTest):
+    """The launcher judges the Python the command runs, wherever the
+    launcher itself runs: a refusal is one line that names that Python and
+    what to run instead, and runs nothing."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.bare = self.venv("venv")
+
+    def venv(self, name: str, *flags: str) -> str:
+        folder = os.path.join(self.tmp, name)
+        r = subprocess.run([PYTHON, "-m", "venv", "--without-pip", *flags, folder], capture_output=True, text=True,
+                           timeout=TIMEOUT)
+        if r.returncode != 0:
+            if in_ci():
+                self.fail("python3 -m venv failed (Debian: python3-venv): " + r.stderr)
+            self.skipTest("python3 -m venv failed (Debian: python3-venv): " + r.stderr)
+        return os.path.join(folder, "bin", "python3")
+
+    def launch(self, *args: str, python=None, path=None, cwd=None, **extra: str) -> subprocess.CompletedProcess:
+        e = env(False, **extra)
+        if path:
+            e["PATH"] = path + os.pathsep + e.get("PATH", os.defpath)
+        return subprocess.run([python or PYTHON, "-m", "distautograd.torch", *args], env=e, cwd=cwd or self.tmp,
+                              capture_output=True, text=True, timeout=TIMEOUT)
+
+    def assert_ran_served(self, r: subprocess.CompletedProcess) -> None:
+        self.assertEqual((r.returncode, r.stdout.strip()), (0, "ran True"), r.stderr)
+
+    def assert_refused(self, r: subprocess.CompletedProcess, *wants: str) -> None:
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertNotIn("ran", r.stdout)
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("distautograd-torch: "), r.stderr)
+        for want in wants:
+            self.assertIn(want, lines[0])
+
+    def shim(self, name: str, target: str) -> str:
+        """A folder holding a pyenv-style shim: a shell script named name
+        that execs target."""
+        folder = os.path.join(self.tmp, "shims-" + os.path.basename(os.path.dirname(os.path.dirname(target))))
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, name)
+        with open(path, "w") as f:
+            f.write('#!/usr/bin/env bash\nset -e\nexec "%s" "$@"\n' % target)
+        os.chmod(path, 0o755)
+        return folder
+
+    def test_bare_venv(self) -> None:
+        # The launcher in a venv without torch runs the system's Python, which has it...
+        self.assert_ran_served(self.launch(PYTHON, "-c", ACTIVE, python=self.bare))
+        # ...and refuses the venv's own Python, which has none, naming the one that has.
+        r = self.launch(self.bare, "-c", ACTIVE)
+        self.assert_refused(r, "runs %s, which has no torch" % self.bare, "the backend serves torch %s:" % served_text(),
+                            "`distautograd-torch %s -c " % PYTHON)
+
+    def test_venv_with_system_site_packages(self) -> None:
+        python = self.venv("system", "--system-site-packages")
+        self.assert_ran_served(self.launch(python, "-c", ACTIVE, python=self.bare))
+        self.assert_ran_served(self.launch("python3", "-c", ACTIVE, path=os.path.dirname(python)))
+
+    def test_pyenv_style_shim_first_on_path(self) -> None:
+        # A shim is a shell script that execs another Python: the launcher
+        # asks it, so it judges the Python the shim picks.
+        self.assert_ran_served(self.launch("python3", "-c", ACTIVE, path=self.shim("python3", PYTHON)))
+        r = self.launch("python3", "-c", ACTIVE, path=self.shim("python3", self.bare))
+        self.assert_refused(r, "python3 runs %s, which has no torch" % self.bare)
+        # docs/torch.md shows this refusal.
+        r = self.launch("python3", "train.py", path=self.shim("python3", self.bare))
+        with open(os.path.join(ROOT, "docs", "torch.md"), encoding="utf-8") as f:
+            shown = [ln for ln in f.read().splitlines() if ln.startswith("distautograd-torch: python3 runs ")]
+        self.assertEqual(len(shown), 1)
+        rx = ".*".join(re.escape(part) for part in shown[0].split("..."))
+        self.assertRegex(r.stderr.strip(), "^%s$" % rx, "docs/torch.md shows %r" % shown[0])
+
+    def test_torch_not_served(self) -> None:
+        fake = os.path.join(self.tmp, "fake", "torch")
+        os.makedirs(fake)
+        for name, text in (("__init__.py", ""), ("version.py", "__version__ = '2.99.0'\n")):
+            with open(os.path.join(fake, name), "w") as f:
+                f.write(text)
+        r = self.launch(self.bare, "-c", ACTIVE,
+                        PYTHONPATH=os.pathsep.join([os.path.dirname(fake), os.path.join(ROOT, "python_bindings")]))
+        self.assert_refused(r, "whose torch is 2.99.0; the backend serves torch %s only" % served_text(),
+                            "run the command without distautograd-torch")
+
+    def test_torchrun(self) -> None:
+        # A program is judged by the Python of its #! line: Debian's torchrun
+        # is served; one of a venv without torch is refused.
+        torchrun = shutil.which("torchrun")
+        if torchrun:
+            r = self.launch("--check", "torchrun")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("(torch 1.13", r.stdout)
+        fake = os.path.join(os.path.dirname(self.bare), "torchrun")
+        with open(fake, "w") as f:
+            f.write("#!%s\nimport sys\nprint('ran')\n" % self.bare)
+        os.chmod(fake, 0o755)
+        r = self.launch("torchrun", "--nproc_per_node", "2", "train.py", path=os.path.dirname(fake))
+        self.assert_refused(r, "torchrun (a %s program) runs %s, which has no torch" % (self.bare, self.bare),
+                            "`distautograd-torch %s %s --nproc_per_node 2 train.py`" % (PYTHON, fake))
+        with open(fake, "w") as f:
+            f.write("#!/usr/bin/env python3\nprint('ran')\n")
+        r = self.launch("torchrun", path=os.pathsep.join([os.path.dirname(fake)]))
+        self.assert_refused(r, "torchrun (a %s program) runs %s, which has no torch" % (self.bare, self.bare))
+
+    def test_non_python_command(self) -> None:
+        # Not a Python program: it runs unjudged, under the backend.
+        r = self.launch("sh", "-c", 'echo "$LD_PRELOAD"')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split()[0], os.path.realpath(SHIM))
+        r = self.launch("--check", "sh")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("is not a Python program: not checked", r.stdout)
+
+    def test_missing_script(self) -> None:
+        with open(os.path.join(self.tmp, "train.py"), "w") as f:
+            f.write("print('ran')\n")
+        r = self.launch("train.py", "--epochs", "3")
+        self.assert_refused(r, "train.py is not a command; to run a Python script, name its Python first: "
+                            "`distautograd-torch %s train.py --epochs 3`" % PYTHON)
+        r = self.launch("absent.py")
+        self.assertEqual(r.returncode, 127, r.stderr)
+        self.assertEqual(r.stderr, "distautograd-torch: absent.py: no such script in %s, nor a command of that "
+                         "name\n" % self.tmp)
+
+
+class TestDiagnosis(BackendTest):
+    """`python -m distautograd` says whether the backend serves this
+    process, and if not, why and what to run."""
+
+    def backend_line(self, *flags: str, preload: bool, **extra: str) -> str:
+        r = subprocess.run([PYTHON, *flags, "-m", "distautograd"], env=env(preload, **extra), cwd=self.tmp,
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("torch backend: ")]
+        self.assertEqual(len(lines), 1, r.stdout)
+        return lines[0]
+
+    def test_each_reason(self) -> None:
+        run_as = "run the script as `distautograd-torch %s script.py`" % PYTHON
+        self.assertEqual(self.backend_line(preload=False),
+                         "torch backend: inactive: not preloaded in this process: " + run_as)
+        self.assertEqual(self.backend_line(preload=True),
+                         "torch backend: active (torch %s, %s)" % (self.torch_version(), os.path.realpath(SHIM)))
+        # -S: no site packages, so no torch.
+        line = self.backend_line("-S", preload=True)
+        self.assertIn("inactive: preloaded (%s), but torch does not import in this Python" % os.path.realpath(SHIM),
+                      line)
+        self.assertTrue(line.endswith(run_as), line)
+        fake = os.path.join(self.tmp, "fake", "torch")
+        os.makedirs(fake)
+        with open(os.path.join(fake, "__init__.py"), "w") as f:
+            f.write("__version__ = '2.99.0'\n")
+        line = self.backend_line(preload=True, PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(fake), os.path.join(ROOT, "python_bindings")]))
+        self.assertIn("inactive: preloaded, but torch 2.99.0 is not one the backend serves (%s)" % served_text(), line)
+        line = self.backend_line(preload=True, DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH="layout")
+        self.assertIn("inactive: preloaded, but the backend refused this torch", line)
+
+    def torch_version(self) -> str:
+        r = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True,
+                           timeout=TIMEOUT)
+        return r.stdout.strip()
+
+
+class TestExample(BackendTest):
+    """examples/torch_train.py, the README's torch example, trains the same
+    natively and under the launcher, and says which container served it."""
+
+    def test_torch_train(self) -> None:
+        script = os.path.join(ROOT, "examples", "torch_train.py")
+        outs = {}
+        for cmd in ([PYTHON, script], [os.path.join(BUILD, "distautograd-torch"), PYTHON, script]):
+            e = env(False)
+            del e["PYTHONPATH"]  # as a user runs it: the script does not import distautograd
+            r = subprocess.run(cmd, env=e, cwd=self.tmp, capture_output=True, text=True, timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            outs[len(cmd)] = r.stdout.splitlines()
+        native, served = outs[2], outs[3]
+        self.assertEqual(native[:-1], served[:-1])
+        self.assertTrue(native[-2].startswith("step 29  loss "), native)
+        self.assertEqual(native[-1], "distributed autograd served by distautograd: no (torch's own)")
+        self.assertEqual(served[-1], "distributed autograd served by distautograd: %s"
+                         % os.path.realpath(os.path.join(BUILD, "libdistautograd.so.0")))
+        # The README shows this output: it is what the example prints.
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        after = readme[readme.index("build/distautograd-torch /usr/bin/python3 examples/torch_train.py\n```\n"):]
+        block = after[after.index("```\n\n```\n") + 9:]
+        shown = block[:block.index("```\n")].splitlines()
+        self.assertEqual(len(shown), len(served), (shown, served))
+        for want, got in zip(shown, served):
+            rx = ".*".join(re.escape(part) for part in want.split("..."))
+            self.assertRegex(got, "^%s$" % rx, "README.md's torch example shows %r" % want)
+
+
+class TestInstalled(BackendTest):
+    """make install puts the whole backend and the launcher in place: a
+    staged install (DESTDIR) preloaded serves torch, and the launcher of an
+    install into a private PREFIX runs a script under that install."""
+
+    def make(self, *args: str) -> str:
+        e = {k: v for k, v in os.environ.items()
+             if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "DESTDIR", "PREFIX")}
+        r = subprocess.run(["make", "--no-print-directory", "-C", ROOT, *args], env=e, capture_output=True,
+                           text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout
+
+    def served_by(self, cmd, **extra: str) -> dict:
+        code = ("import json, distautograd.torch as t, distautograd._lib as l, distautograd._process as p; "
+                "print(json.dumps({'state': t.state(), 'shim': p.shim_path(), 'lib': l.PATH}))")
+        r = subprocess.run([*cmd, "-c", code], env=env(False, **extra), cwd=self.tmp, capture_output=True,
+                           text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def test_staged_install_serves_torch(self) -> None:
+        stage = os.path.join(self.tmp, "stage")
+        self.make("install", "DESTDIR=" + stage, "PREFIX=/usr/local")
+        lib = os.path.join(stage, "usr", "local", "lib")
+        impls = [n for n in os.listdir(BUILD) if n.startswith("libdistautograd_torch_impl") and n.endswith(".so")]
+        for name in ["libdistautograd_torch.so", "libdistautograd.so.0"] + impls:
+            self.assertTrue(os.path.isfile(os.path.join(lib, name)), name)
+        self.assertTrue(os.access(os.path.join(stage, "usr", "local", "bin", "distautograd-torch"), os.X_OK))
+        got = self.served_by([PYTHON], LD_PRELOAD=os.path.join(lib, "libdistautograd_torch.so"))
+        self.assertTrue(got["state"][0], got)
+        self.assertEqual(os.path.dirname(got["shim"]), lib)
+        self.assertEqual(os.path.dirname(os.path.realpath(got["lib"])), lib)
+        self.make("uninstall", "DESTDIR=" + stage, "PREFIX=/usr/local")
+        self.assertEqual(os.listdir(stage), [])
+
+    def test_launcher_of_a_private_prefix(self) -> None:
+        prefix = os.path.join(self.tmp, "prefix")
+        out = self.make("install", "PREFIX=" + prefix, "LDCONFIG=false")
+        self.assertIn("is not in the loader's configuration", out)
+        lib = os.path.join(prefix, "lib")
+        got = self.served_by([os.path.join(prefix, "bin", "distautograd-torch"), PYTHON])
+        self.assertTrue(got["state"][0], got)
+        self.assertEqual(os.path.dirname(got["shim"]), lib)
+        self.assertEqual(os.path.dirname(os.path.realpath(got["lib"])), lib)
+        self.make("uninstall", "PREFIX=" + prefix)
+        self.assertFalse(os.path.exists(prefix))
 
 
 if __name__ == "__main__":

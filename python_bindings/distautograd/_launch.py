@@ -1,0 +1,257 @@
+"""The launcher of the torch backend (``distautograd-torch CMD ARGS...``).
+
+It judges the command it is about to run, not the Python it runs in: the
+interpreter CMD resolves to (through PATH, venvs, conda, or a pyenv-style
+shim: that interpreter itself is asked), or for a program such as torchrun
+the interpreter its ``#!`` line names. When that interpreter has no torch,
+or a torch the backend does not serve, it says so in one line with what to
+run instead, and runs nothing. A command that is not a Python program
+(a shell script, a binary) runs unjudged: the backend's own check, on
+torch's first container call, still keeps an unserved torch native.
+
+It needs the standard library only and imports nothing of the package
+(importing the package loads libdistautograd), so that ``make install``
+can install it beside ``_process`` as the ``distautograd-torch`` script.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from typing import Dict, List, Optional, Tuple
+
+try:
+    from . import _process
+except ImportError:  # the installed distautograd-torch script: _process lies beside
+    import _process  # type: ignore[no-redef]
+
+#: The torch versions the backend serves (a version is served when it is one
+#: of these or starts with one and a dot). The one list: the launcher, `python
+#: -m distautograd` and the docs' checks read it.
+SERVED_TORCH = ("1.13",)
+
+#: Names the backend's shim explicitly (else the launcher's library folder,
+#: the package's folder, the checkout's build/).
+LIBRARY_ENV = "DISTAUTOGRAD_TORCH_LIBRARY"
+
+#: The Python that Debian's python3-torch installs torch for: suggested when
+#: the command's own Python lacks a served torch and this one has it.
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_CHECKOUT_BUILD = os.path.normpath(os.path.join(_HERE, os.pardir, os.pardir, "build"))
+
+#: Run in the command's interpreter: where its torch is and which version,
+#: read from torch/version.py without importing torch (a second or more).
+_PROBE = r"""
+import importlib.util, json, os, re, sys
+out = {"executable": sys.executable, "prefix": os.path.realpath(sys.prefix), "torch": None}
+spec = importlib.util.find_spec("torch")
+if spec is not None and spec.submodule_search_locations:
+    out["torch"] = "unknown"
+    for folder in spec.submodule_search_locations:
+        try:
+            with open(os.path.join(folder, "version.py"), encoding="utf-8") as f:
+                m = re.search(r'''__version__\s*=\s*['"]([^'"]+)['"]''', f.read())
+        except OSError:
+            continue
+        if m:
+            out["torch"] = m.group(1)
+            break
+print(json.dumps(out))
+"""
+
+_PYTHON_NAME = re.compile(r"^python[0-9.]*$")
+
+#: The launcher as the user typed it, for the commands its messages suggest.
+PROG = "distautograd-torch"
+
+
+class UsageError(Exception):
+    """What the launcher refuses, with the one line to show."""
+
+
+def served(version: Optional[str]) -> bool:
+    return bool(version) and any(version == v or version.startswith(v + ".") for v in SERVED_TORCH)
+
+
+def served_text() -> str:
+    return " or ".join(SERVED_TORCH)
+
+
+def impl_files(folder: str) -> List[str]:
+    """The backend's implementations in folder: one per torch it was built for."""
+    return sorted(glob.glob(os.path.join(folder, _process.IMPL_NAME[:-len(".so")] + "*.so")))
+
+
+def library_path(library_dir: Optional[str] = None) -> str:
+    """The path of the backend's shim, checked: beside it an implementation
+    and libdistautograd. Raises UsageError saying what is missing."""
+    env = os.environ.get(LIBRARY_ENV)
+    if env:
+        if not os.path.isfile(env):
+            raise UsageError("%s=%r does not name a file" % (LIBRARY_ENV, env))
+        shim = env
+    else:
+        tried = [os.path.join(d, _process.SHIM_NAME) for d in (library_dir, _HERE, _CHECKOUT_BUILD) if d]
+        found = [p for p in tried if os.path.isfile(p)]
+        if not found:
+            raise UsageError(
+                "the torch backend is not built: looked for %s. Run `make` in the distautograd checkout "
+                "(it needs libtorch-dev), or set %s" % (" and ".join(tried), LIBRARY_ENV))
+        shim = found[0]
+    shim = os.path.realpath(shim)
+    folder = os.path.dirname(shim)
+    if not impl_files(folder):
+        raise UsageError("%s lacks %s beside it: the backend was built without libtorch-dev, or partly; "
+                         "install libtorch-dev and run `make`" % (shim, _process.IMPL_NAME))
+    if not os.path.isfile(os.path.join(folder, _process.SONAME)):
+        raise UsageError("%s lacks %s beside it: run `make` (or `make install`) again" % (shim, _process.SONAME))
+    return shim
+
+
+def _shebang(path: str) -> Optional[List[str]]:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    return head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+
+
+def python_of(command: str, env: Dict[str, str]) -> Optional[str]:
+    """The interpreter a command runs Python in, as a path to run, or None
+    for a command that is not a Python program. A command named python*
+    is its own interpreter (a venv's, conda's, or a shim that execs one:
+    running it runs what the command will); any other is judged by the
+    interpreter its #! line names, through `env` where it says so."""
+    if _PYTHON_NAME.match(os.path.basename(command)):
+        return command
+    line = _shebang(command)
+    if not line:
+        return None
+    interp = line[0]
+    if os.path.basename(interp) == "env":
+        rest = [a for a in line[1:] if not a.startswith("-") and "=" not in a]
+        if not rest:
+            return None
+        interp = shutil.which(rest[0], path=env.get("PATH", os.defpath)) or rest[0]
+    return interp if _PYTHON_NAME.match(os.path.basename(interp)) else None
+
+
+def probe(python: str, env: Dict[str, str]) -> Tuple[str, Optional[str]]:
+    """(the interpreter's sys.executable, its torch version or None): asked
+    of the interpreter itself, in the environment the command will get."""
+    return _probe(python, env)[:2]
+
+
+def _probe(python: str, env: Dict[str, str]) -> Tuple[str, Optional[str], str]:
+    try:
+        p = subprocess.run([python, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise UsageError("cannot run %s to see which torch it has: %s" % (python, e))
+    lines = p.stdout.strip().splitlines()
+    if p.returncode != 0 or not lines:
+        raise UsageError("%s failed to start (exit %d): %s" % (python, p.returncode,
+                                                               (p.stderr.strip().splitlines() or ["no output"])[-1]))
+    out = json.loads(lines[-1])
+    return out["executable"], out["torch"], out["prefix"]
+
+
+def _instead(prefix: str, path: str, argv: List[str], env: Dict[str, str]) -> str:
+    """What to run instead: the system's Python where its torch is served
+    (and it is not the environment that was judged: sys.prefix tells a
+    venv from the interpreter it was made from)."""
+    if os.access(SYSTEM_PYTHON, os.X_OK):
+        try:
+            _, v, system_prefix = _probe(SYSTEM_PYTHON, env)
+        except UsageError:
+            v, system_prefix = None, prefix
+        if served(v) and system_prefix != prefix:
+            # A Python program (torchrun) runs as well as a script of that Python.
+            script = [] if _PYTHON_NAME.match(os.path.basename(argv[0])) else [path]
+            example = shlex.join([PROG, SYSTEM_PYTHON] + script + argv[1:])
+            return "%s has torch %s: `%s` (or a venv made with --system-site-packages)" % (SYSTEM_PYTHON, v, example)
+    return "install a torch the backend serves for it (Debian 12: apt-get install python3-torch libtorch-dev, " \
+           "for %s)" % SYSTEM_PYTHON
+
+
+def judge(argv: List[str], env: Dict[str, str]) -> Tuple[str, str]:
+    """Resolves the command; raises UsageError when it cannot run under the
+    backend. Returns (the path to exec, what was found: for --check)."""
+    name = argv[0]
+    path = name if "/" in name else shutil.which(name, path=env.get("PATH", os.defpath))
+    if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        if os.path.isfile(name):
+            raise UsageError("%s is not a command; to run a Python script, name its Python first: `%s`"
+                             % (name, shlex.join([PROG, SYSTEM_PYTHON] + argv)))
+        if name.endswith(".py"):
+            raise UsageError("%s: no such script in %s, nor a command of that name" % (name, os.getcwd()))
+        raise UsageError("%s: command not found" % name)
+    python = python_of(path, env)
+    if python is None:
+        return path, "%s is not a Python program: not checked (torch's first container call is)" % path
+    executable, version, prefix = _probe(python, env)
+    runs = name if python == path else "%s (a %s program)" % (name, python)
+    if version is None:
+        raise UsageError("%s runs %s, which has no torch; the backend serves torch %s: %s"
+                         % (runs, executable, served_text(), _instead(prefix, path, argv, env)))
+    if not served(version):
+        raise UsageError("%s runs %s, whose torch is %s; the backend serves torch %s only: run the command without "
+                         "distautograd-torch (torch then keeps its own container), or: %s"
+                         % (runs, executable, version, served_text(), _instead(prefix, path, argv, env)))
+    return path, "torch %s for %s" % (version, executable)
+
+
+USAGE = """usage: distautograd-torch [--check] COMMAND [ARGS...]
+       python -m distautograd.torch [--check] COMMAND [ARGS...]
+
+Runs COMMAND with torch's distributed autograd served by distautograd
+(LD_PRELOAD of the torch backend; every process COMMAND starts inherits it).
+COMMAND is checked first: the Python it runs must have torch %s
+(Debian 12's is %s). --check only checks (COMMAND defaults to python3)
+and prints the library's path.""" % (served_text(), SYSTEM_PYTHON)
+
+
+def main(argv: Optional[List[str]] = None, library_dir: Optional[str] = None) -> int:
+    global PROG
+    if os.path.basename(sys.argv[0]) == "distautograd-torch":
+        PROG = sys.argv[0]
+    args = list(sys.argv[1:] if argv is None else argv)
+    check_only = False
+    while args and args[0].startswith("-"):
+        a = args.pop(0)
+        if a == "--":
+            break
+        if a in ("-h", "--help"):
+            print(USAGE)
+            return 0
+        if a == "--check":
+            check_only = True
+            continue
+        print("distautograd-torch: unknown option %s\n%s" % (a, USAGE), file=sys.stderr)
+        return 2
+    if not args and not check_only:
+        print(USAGE, file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    try:
+        shim = library_path(library_dir)
+        path, found = judge(args or ["python3"], env)
+    except UsageError as e:
+        print("distautograd-torch: %s" % e, file=sys.stderr)
+        return 127 if str(e).endswith(("command not found", "nor a command of that name")) else 2
+    if check_only:
+        print("%s (%s)" % (shim, found))
+        return 0
+    preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p != shim]
+    env["LD_PRELOAD"] = " ".join([shim] + preload)
+    os.execve(path, args, env)
+    return 127  # not reached
