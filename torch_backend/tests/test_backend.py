@@ -261,6 +261,22 @@ class TestLauncher(BackendTest):
         r = subprocess.run([PYTHON, "-c", code], env=env(False), capture_output=True, text=True, timeout=TIMEOUT)
         self.assertEqual((r.returncode, r.stdout.strip()), (0, "False"), r.stderr)
 
+    def test_report_shows_the_running_configuration(self) -> None:
+        # python -m distautograd: under the backend, distautograd.torch.debug_info().
+        r = self.launch(PYTHON, "-m", "distautograd")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertIn("torch backend: active", lines)
+        head = "debug info (distautograd.torch.debug_info(), this process, after _init(0)):"
+        info = json.loads("\n".join(lines[lines.index(head) + 1:]))
+        self.assertEqual(sorted(info), DEBUG_INFO_KEYS)
+        self.assertEqual(info["torch_native_contexts"], 0)
+        r = subprocess.run([PYTHON, "-m", "distautograd"], env=env(False), capture_output=True, text=True,
+                           timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("torch backend: inactive: the torch backend is not preloaded", r.stdout)
+        self.assertIn("debug info (this process, after _init(0)):", r.stdout)
+
     def test_in_front_of_torchrun(self) -> None:
         # Debian's torchrun for torch 1.13 cannot start on Python 3.11 with
         # its default --redirects 0 --tee 0 (its Std enum parses only 1 and
