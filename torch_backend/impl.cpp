@@ -42,6 +42,7 @@
 #include <vector>
 
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
 #include <torch/csrc/distributed/rpc/rpc_command_base.h>
 
@@ -121,6 +122,13 @@ std::atomic<bool> exiting{false};
   TORCH_CHECK(false, dac_last_error());
   std::abort();
 }
+
+// torch's own log lines (glog), written as torch 1.13's container.cpp
+// writes them, its file and line included: stderr, and whatever filters it
+// (GLOG_minloglevel...), sees what it sees natively.
+constexpr const char* kTorchContainerFile = "./torch/csrc/distributed/autograd/context/container.cpp";
+constexpr int kLineAlreadyInitialized = 52;  // LOG(INFO) in init()
+constexpr int kLineCouldNotRelease = 256;    // LOG(ERROR) in sendReleaseContextRpc's callback
 
 inline void check(int rc) {
   if (__builtin_expect(rc != DAC_OK, 0))
@@ -224,8 +232,8 @@ int send_cleanup(void*, int32_t worker, int64_t context_id) {
     fut->addCallback([worker](rpc::JitFuture& f) {
       if (f.hasError()) {
         counts.cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
-        fprintf(stderr, "distautograd-torch: Could not release Dist Autograd Context on node %d: %s\n", worker,
-                f.tryRetrieveErrorMessage().c_str());
+        google::LogMessage(kTorchContainerFile, kLineCouldNotRelease, google::GLOG_ERROR).stream()
+            << "Could not release Dist Autograd Context on node " << worker << ": " << f.tryRetrieveErrorMessage();
       }
     });
     counts.cleanup_handed.fetch_add(1, std::memory_order_relaxed);
@@ -282,7 +290,12 @@ void ensure_torch_container(int64_t worker) {
 // ---- The members ----------------------------------------------------------
 
 void* m_init(int64_t worker_id) {
+  int32_t w = 0;
+  const bool again = dac_worker_id(&w) == DAC_OK;  // two first inits racing: neither logs
   check(dac_init(worker_id));
+  if (again)
+    google::LogMessage(kTorchContainerFile, kLineAlreadyInitialized).stream()
+        << "DistAutogradContainer is already initialized";
   ensure_torch_container(worker_id);
   return instance.load(std::memory_order_acquire);
 }
