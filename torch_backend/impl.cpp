@@ -1,10 +1,11 @@
 // impl.cpp: torch 1.13's DistAutogradContainer served by distautograd
 // (libdistautograd_torch_impl.so). The shim (shim.c) loads it on the first
 // container call of a process whose libtorch is the one it was built for,
-// and jumps here for every public member of the container. Each function below has the member's ABI: the
-// object (ignored: distautograd's container is process-wide, as torch's
-// singleton is) comes first, after the hidden pointer of a returned
-// shared_ptr.
+// and jumps here for every public member of the container. Each function
+// below has the member's ABI: the object (ignored: distautograd's container
+// is process-wide, as torch's singleton is) comes first, after the hidden
+// pointer of a returned shared_ptr. (DistEngine::getDebugInfo stays
+// libtorch's: it reads the container through these members.)
 //
 // distautograd owns the ids, the map, every thread's current id, message
 // ids, the release fan-out and the counts. libtorch keeps its
