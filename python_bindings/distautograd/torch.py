@@ -19,58 +19,67 @@ Python that command runs must have a served torch, else it says which
 Python has one and runs nothing.
 
 Inside, :func:`active` says whether torch's container is distautograd, and
-``torch.distributed.autograd._get_debug_info()`` shows distautograd's
-figures (the fan-out's counters among them). Processes that never use
-distributed autograd never load more than a few kilobytes of the backend.
+:func:`debug_info` gives distautograd's figures (the fan-out's counters, the
+libtorch context objects made and alive...).
+``torch.distributed.autograd._get_debug_info()`` stays torch's own: its two
+keys, with torch's meaning. Processes that never use distributed autograd
+never load more than a few kilobytes of the backend.
 """
 from __future__ import annotations
 
 import os
 import sys
-from typing import List, Optional, Tuple
+import json
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _launch, _process
 from ._launch import SERVED_TORCH, UsageError, library_path
 
-__all__ = ["active", "state", "library_path", "main", "SERVED_TORCH"]
+__all__ = ["active", "state", "debug_info", "NotServing", "library_path", "main", "SERVED_TORCH"]
 
 
 def _instead() -> str:
     return "`distautograd-torch %s script.py`" % _launch.SYSTEM_PYTHON
 
 
-def state() -> Tuple[bool, str]:
-    """(whether torch's distributed autograd container is distautograd in
-    this process, why not and what to run). Under the backend it makes
-    torch's first container call if none was made, so it imports torch."""
+class NotServing(RuntimeError):
+    """:func:`debug_info` in a process where the backend does not serve
+    torch's distributed autograd container; the message says why."""
+
+
+def _serving() -> Tuple[Any, str]:
+    """(the backend's implementation if it serves torch's distributed
+    autograd container in this process, else None; why not and what to
+    run, or what serves). Under the backend it makes torch's first
+    container call if none was made, so it imports torch."""
     shim = _process.shim_path()
     if shim is None:
         try:
             library_path()
         except UsageError as e:
-            return False, "not preloaded in this process, and %s" % e
+            return None, "not preloaded in this process, and %s" % e
         try:
             _, version = _launch.probe(sys.executable, dict(os.environ))
         except UsageError:
             version = None
         if version is None:
-            return False, ("not preloaded in this process, and this Python (%s) has no torch: run the script "
+            return None, ("not preloaded in this process, and this Python (%s) has no torch: run the script "
                            "as %s" % (sys.executable, _instead()))
         if not _launch.served(version):
-            return False, ("not preloaded in this process, and this Python's torch %s is not one the backend "
+            return None, ("not preloaded in this process, and this Python's torch %s is not one the backend "
                            "serves (%s): run the script as %s" % (version, _launch.served_text(), _instead()))
-        return False, ("not preloaded in this process: run the script as `distautograd-torch %s script.py`"
+        return None, ("not preloaded in this process: run the script as `distautograd-torch %s script.py`"
                        % sys.executable)
     import ctypes
 
     try:
         import torch
     except ImportError as e:
-        return False, ("preloaded (%s), but torch does not import in this Python (%s: %s): run the script as %s"
+        return None, ("preloaded (%s), but torch does not import in this Python (%s: %s): run the script as %s"
                        % (shim, sys.executable, e, _instead()))
     version = getattr(torch, "__version__", "unknown")
     if not _launch.served(version):
-        return False, ("preloaded, but torch %s is not one the backend serves (%s): torch keeps its own "
+        return None, ("preloaded, but torch %s is not one the backend serves (%s): torch keeps its own "
                        "container; run it without distautograd-torch, or as %s"
                        % (version, _launch.served_text(), _instead()))
     import torch.distributed.autograd  # noqa: F401  (loads libtorch: the backend can decide)
@@ -80,17 +89,26 @@ def state() -> Tuple[bool, str]:
     entry.argtypes = []
     entry()  # currentContextId: harmless either way, and it makes the backend decide
     # The implementation the shim loaded, if any (one per torch served).
-    serving = False
+    serving = None
     for path in _launch.impl_files(os.path.dirname(shim)):
         try:
             impl = ctypes.CDLL(path, mode=_process.RTLD_NOLOAD)
         except OSError:
             continue
-        serving = serving or bool(impl.dat_impl_active())
-    if not serving:
-        return False, ("preloaded, but the backend refused this torch %s on its first container call (its "
+        if impl.dat_impl_active():
+            serving = impl
+    if serving is None:
+        return None, ("preloaded, but the backend refused this torch %s on its first container call (its "
                        "reason went to stderr once: \"distautograd-torch: ... NOT in use\")" % version)
-    return True, "torch %s, %s" % (version, shim)
+    return serving, "torch %s, %s" % (version, shim)
+
+
+def state() -> Tuple[bool, str]:
+    """(whether torch's distributed autograd container is distautograd in
+    this process, why not and what to run). Under the backend it makes
+    torch's first container call if none was made, so it imports torch."""
+    impl, why = _serving()
+    return impl is not None, why
 
 
 def active() -> bool:
@@ -99,6 +117,86 @@ def active() -> bool:
     if _process.shim_path() is None:
         return False
     return state()[0]
+
+
+def _backend_figures(impl) -> Dict[str, int]:
+    import ctypes
+
+    fn = impl.dat_impl_debug_info
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
+    length = ctypes.c_size_t()
+    cap = 256
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        rc = fn(buf, cap, ctypes.byref(length))
+        if rc == 1:
+            raise NotServing("the torch backend does not serve torch's container in this process")
+        if rc != 0:
+            raise RuntimeError("dat_impl_debug_info failed (%d)" % rc)
+        if length.value < cap:
+            return json.loads(buf.value.decode("utf-8"))
+        cap = length.value + 1
+
+
+def debug_info() -> Dict[str, int]:
+    """distautograd's figures for torch's distributed autograd in this process,
+    which the backend serves: a dict of ints, keys sorted. (torch's own
+    ``torch.distributed.autograd._get_debug_info()`` has torch's two keys
+    only, as natively.)
+
+    torch's figures, as ``_get_debug_info()`` gives them:
+
+    - ``num_autograd_contexts``: contexts in the container (distautograd's).
+    - ``num_current_backward_passes``: backward passes torch's engine is
+      running.
+
+    libdistautograd's, from its C function dac_debug_info (include/distautograd.h):
+
+    - ``cleanup_sent``: cleanup messages (one per known worker of a released
+      context) handed to torch's RPC agent; ``cleanup_retried``: attempts
+      after one the agent could not take (no agent running yet, say);
+      ``cleanup_failed``: given up on after the last attempt;
+      ``cleanup_dropped``: refused, the queue being full;
+      ``cleanup_skipped``: not sent, no sender set; ``cleanup_pending``:
+      queued or awaiting a retry, now.
+    - ``max_contexts``: the cap (``DISTAUTOGRAD_MAX_CONTEXTS``; 0: none);
+      ``refused_contexts``: creations refused by it.
+    - ``live_handles``: references to contexts held through the C ABI now;
+      ``uncounted_handles``: those held uncounted.
+    - ``go_heap_bytes``: the library's Go heap, live bytes at the last
+      collection.
+
+    The backend's own:
+
+    - ``torch_cleanup_handed``: cleanup messages torch's agent accepted (as
+      ``cleanup_sent``); ``torch_cleanup_failed``: those whose send torch
+      finally reported failed (each also logged on stderr, as natively).
+    - ``torch_contexts_made``: libtorch context objects built;
+      ``torch_contexts_alive``: those not yet destroyed (held by a live
+      context, or by torch: its engine, a Python object).
+    - ``torch_native_contexts``: what libtorch's own container map holds
+      (0: every context is distautograd's).
+
+    The three groups are read one after another, not as one snapshot.
+    Raises :class:`NotServing` (a RuntimeError) when the backend does not
+    serve torch's container in this process (not preloaded, or torch kept
+    native: the message says which), and torch's RuntimeError when
+    distributed autograd is not initialized, as ``_get_debug_info()`` does.
+    It imports torch.
+    """
+    impl, why = _serving()
+    if impl is None:
+        raise NotServing(why)
+    import torch.distributed.autograd as dist_autograd
+
+    from . import _lib
+
+    info = dict(dist_autograd._get_debug_info())
+    for key, value in _lib.debug_info().items():
+        info.setdefault(key, value)
+    info.update(_backend_figures(impl))
+    return dict(sorted(info.items()))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
