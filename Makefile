@@ -221,7 +221,7 @@ demo: $(LIB) ## a training runtime's worker, acted out in C
 # (go run ./bench -h lists them), e.g. BENCH_FLAGS='-threads 1,2,4 -reps 9'.
 # The README's results section is rewritten from build/bench.json, so it
 # shows what the last run measured, on which machine and when.
-bench: all ## distautograd against the native component (C, C++, Python, torch levels); writes build/bench.json, rewrites the README's results
+bench: all $(BUILD)/nooverlay/libdistautograd.so ## distautograd against the native component (C, C++, Python, torch levels); writes build/bench.json, rewrites the README's results
 	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) $(BENCH_FLAGS)
 	@if [ -f $(TORCH_IMPL) ]; then $(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS); else echo "bench: no torch backend built: no torch rows"; fi
 	$(GO) run ./bench -from $(BUILD)/bench.json -readme README.md
