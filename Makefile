@@ -14,7 +14,7 @@ LIB     := $(BUILD)/libdistautograd.so
 GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/layout/*.go))
 CSRC    := capi.c clock.c uncounted.c capi_internal.h capi_status.h include/distautograd.h libdistautograd.map
 LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay
-# Every build of the library takes four lines of Go's runtime from this
+# Every build of the library takes five lines of Go's runtime from this
 # overlay, for C threads that call into Go (scripts/go-runtime-overlay says
 # what and why; build/go-runtime/STATUS whether each applied to this Go).
 OVERLAY := $(BUILD)/go-runtime/overlay.json
