@@ -3,19 +3,19 @@
 ** Go test runs it with GOMAXPROCS 1, 2 and 8):
 **
 **   1. dac_cleanup_flush(50 ms) beside a blocked sender returns
-**      DAC_ERR_TIMEOUT;
+**      DAC_ERR_TIMEOUT, ROUNDS times (argv[2]);
 **   2. dac_set_cleanup_sender_timeout(50 ms) past a blocked sender (the
 **      wait a host makes on its way out) returns DAC_ERR_TIMEOUT;
 **   3. a message whose first attempt failed is retried after its 1 ms
-**      back-off and delivered;
-**   4. a context idle past max_idle_ms is reaped and its cleanup message
-**      delivered.
+**      back-off and delivered, ROUNDS times;
+**   4. a context idle 150 ms is reaped at max_idle_ms 30 and its cleanup
+**      message delivered, ROUNDS times.
 **
 ** Each runs in a phase of its own: the loopers start, the promise is
 ** tried, the loopers stop. The loopers give up by themselves after
-** WATCHDOG_MS (argv[2], default 5000): a promise kept only once they had
+** WATCHDOG_MS (argv[3], default 5000): a promise kept only once they had
 ** stopped was not kept while they looped, and the transcript says "no".
-** How long each took goes to stderr.
+** How long each phase took goes to stderr.
 **
 ** Go's timers and goroutines queued on a P run only when some thread
 ** schedules on that P. A C thread that calls in a loop keeps its P out in C
