@@ -14,7 +14,7 @@ LIB     := $(BUILD)/libdistautograd.so
 GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/layout/*.go))
 CSRC    := capi.c $(wildcard csrc/*.c) clock.c uncounted.c capi_internal.h capi_status.h capi_layout.h include/distautograd.h libdistautograd.map
 LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay
-# Every build of the library takes four lines of Go's runtime from this
+# Every build of the library takes five lines of Go's runtime from this
 # overlay, for C threads that call into Go (scripts/go-runtime-overlay says
 # what and why; build/go-runtime/STATUS whether each applied to this Go).
 OVERLAY := $(BUILD)/go-runtime/overlay.json
@@ -25,7 +25,7 @@ LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib generate
+.PHONY: all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib nooverlay-lib generate
 
 all: $(LIB) torch-backend ## build build/libdistautograd.so (and the torch backend where libtorch-dev is) and copy the headers beside it
 
@@ -53,6 +53,17 @@ $(BUILD)/$(SONAME): $(BUILD)/$(REALNAME)
 	ln -sf $(REALNAME) $@
 
 $(LIB): $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $@
+
+# The library built with Go's runtime as shipped (no overlay), for the
+# tests and benchmarks that compare the overlay with it: they point
+# LD_LIBRARY_PATH at build/nooverlay.
+nooverlay-lib: $(BUILD)/nooverlay/libdistautograd.so ## build/nooverlay/libdistautograd.so, with Go's runtime untouched
+
+$(BUILD)/nooverlay/libdistautograd.so: $(LIBRARY_SOURCES)
+	@mkdir -p $(BUILD)/nooverlay
+	$(GO) build -buildmode=c-shared -trimpath -ldflags "$(LDFLAGS)" -o $(BUILD)/nooverlay/$(SONAME) .
+	rm -f $(BUILD)/nooverlay/*.h
 	ln -sf $(SONAME) $@
 
 # The testing build adds dactest_* functions (counters started near
@@ -108,7 +119,7 @@ lint-staticcheck:
 RESULTS := $(BUILD)/test-results
 export GOTESTSUM_FORMAT ?= testname
 
-test-go: all $(BUILD)/testing/libdistautograd.so $(BUILD)/asan/libdistautograd.so ## the Go tests with the race detector, the C/C++ ABI tests among them
+test-go: all $(BUILD)/testing/libdistautograd.so $(BUILD)/asan/libdistautograd.so $(BUILD)/nooverlay/libdistautograd.so ## the Go tests with the race detector, the C/C++ ABI tests among them
 	@mkdir -p $(RESULTS)
 	$(GO) tool gotestsum --format-hide-empty-pkg --jsonfile $(RESULTS)/go.json -- -race -count=1 ./...
 
@@ -223,7 +234,7 @@ demo: $(LIB) ## a training runtime's worker, acted out in C
 # docs/benchmarks.md's tables and README.md's headline ratios are rewritten
 # from build/bench.json, so they show what the last run measured, on which
 # machine and when.
-bench: all ## distautograd against the native component (C, C++, Python, torch levels); writes build/bench.json, rewrites docs/benchmarks.md's tables and README.md's headline
+bench: all $(BUILD)/nooverlay/libdistautograd.so ## distautograd against the native component (C, C++, Python, torch levels); writes build/bench.json, rewrites docs/benchmarks.md's tables and README.md's headline
 	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) $(BENCH_FLAGS)
 	@if [ -f $(TORCH_IMPL) ]; then $(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS); else echo "bench: no torch backend built: no torch rows"; fi
 	$(GO) run ./bench -from $(BUILD)/bench.json -tables docs/benchmarks.md -headline README.md

@@ -45,6 +45,7 @@ func TestSmoke(t *testing.T) {
 		Threads: "1,2", Reps: 1, SampleMs: 1, N: 20, Opt: "-O0", // -O0: it compiles in half the time
 		PyRounds: 1, PyImpls: []string{"distautograd"},
 		MemLive: 2000, MemCycles: 3000,
+		BusyRounds: 1, BusyThreads: 8, BusySeconds: 0.3,
 		Log: &log,
 	}
 	if d := os.Getenv("DAC_LIBTORCH_DIR"); d != "" {
@@ -196,10 +197,20 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The runtime level: a run on each build of Go's runtime, each made passes.
+	if len(saved.Runtime) != 2 {
+		t.Errorf("bench.json's runtime has %d runs, want 2 (the overlay, Go's runtime as shipped)", len(saved.Runtime))
+	}
+	for _, raw := range saved.Runtime {
+		var b Busy
+		if err := json.Unmarshal(raw, &b); err != nil || b.Passes <= 0 || b.Threads != cfg.BusyThreads {
+			t.Errorf("bench.json's runtime run %s: want passes on %d threads (%v)", raw, cfg.BusyThreads, err)
+		}
+	}
 	var out bytes.Buffer
 	PrintTables(&out, saved)
 	for _, want := range []string{"Machine: ", "#### C level", "#### Python level", "| operation | threads | distautograd ns/op | native ns/op | ratio |",
-		"bytes per live context", "What one iteration calls"} {
+		"bytes per live context", "What one iteration calls", "#### Go's runtime: 8 busy C threads", "| overlay |", "| as shipped |"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the printed report lacks %q:\n%s", want, out.String())
 		}

@@ -65,6 +65,10 @@ type Config struct {
 	MemLive   int // live contexts for bytes per context (0: skip)
 	MemCycles int // new/release cycles for the flatness check (0: skip)
 
+	BusyRounds  int     // runtime level: runs per build, alternating (0: skip)
+	BusyThreads int     // runtime level: C threads
+	BusySeconds float64 // runtime level: seconds per run
+
 	SkipC, SkipPython bool
 	Args              string    // the flags, recorded in the report
 	Log               io.Writer // progress
@@ -97,6 +101,8 @@ type Report struct {
 	Seconds float64     `json:"seconds"`
 	Rows    []Row       `json:"rows"`
 	Memory  Memory      `json:"memory"`
+	// The runtime level: one object per run of bench/busythreads (Busy).
+	Runtime []json.RawMessage `json:"runtime,omitempty"`
 }
 
 // Memory is the memory figures of a run.
@@ -120,6 +126,9 @@ func main() {
 	flag.IntVar(&cfg.PySampleMs, "py-sample-ms", 50, "Python level: milliseconds per sample")
 	flag.IntVar(&cfg.MemLive, "mem-live", 1000000, "memory: live contexts for bytes per context (0: skip)")
 	flag.IntVar(&cfg.MemCycles, "mem-cycles", 10000000, "memory: new/release cycles for the RSS check (0: skip)")
+	flag.IntVar(&cfg.BusyRounds, "busy-rounds", 3, "runtime level: runs of bench/busythreads per build of Go's runtime, alternating (0: skip)")
+	flag.IntVar(&cfg.BusyThreads, "busy-threads", 64, "runtime level: C threads")
+	flag.Float64Var(&cfg.BusySeconds, "busy-seconds", 8, "runtime level: seconds per run")
 	skip := flag.String("skip", "", "comma-separated levels to skip: c, python")
 	tables := flag.String("tables", "", "rewrite this file's section between "+beginMarker+" and "+endMarker+" with the run's tables, from its bench.json")
 	headline := flag.String("headline", "", "rewrite this file's section between "+headlineBeginMarker+" and "+headlineEndMarker+" with the run's headline ratios, from its bench.json")
@@ -395,6 +404,11 @@ func Run(cfg Config) (Report, error) {
 			rep.Memory.Live = append(rep.Memory.Live, results[i])
 		} else {
 			rep.Memory.Cycles = append(rep.Memory.Cycles, results[i])
+		}
+	}
+	if cfg.BusyRounds > 0 {
+		if rep.Runtime, err = runBusyThreads(cfg, dir); err != nil {
+			return rep, err
 		}
 	}
 	rep.Seconds = math.Round(time.Since(started).Seconds()*10) / 10

@@ -227,6 +227,9 @@ func PrintTables(w io.Writer, rep Report) {
 			}
 		}
 	}
+	if len(rep.Runtime) > 0 {
+		printBusy(w, rep.Runtime)
+	}
 }
 
 // What the interval resamples, per level, for the note under its table.

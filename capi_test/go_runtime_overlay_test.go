@@ -2,6 +2,7 @@ package capi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +27,8 @@ var (
 	callbackIsASchedule   = overlayChange{"callback-is-a-schedule", "cgocall.go", "\texitsyscall() // coming out of cgo call"}
 	monitorBacksOffAtOnce = overlayChange{"monitor-backs-off-at-once", "proc.go", "\t\t} else if idle > 50 { // start doubling the sleep after 1ms..."}
 	takeAPFromC           = overlayChange{"take-a-p-from-c", "proc.go", "\t// Try to get an idle P."}
-	overlayChanges        = []overlayChange{waitWithoutLock, callbackIsASchedule, monitorBacksOffAtOnce, takeAPFromC}
+	monitorServesWork     = overlayChange{"monitor-serves-work-on-ps-in-c", "proc.go", "\t\tsysretake := false"}
+	overlayChanges        = []overlayChange{waitWithoutLock, callbackIsASchedule, monitorBacksOffAtOnce, takeAPFromC, monitorServesWork}
 )
 
 // A call from C into Go takes no lock that every thread shares: the
@@ -77,27 +79,61 @@ func TestCallsFromCMoveTheirPsTick(t *testing.T) {
 	}
 }
 
-// Go's monitor backs off at once after a wake: in runtime.sysmon of each
-// build, the line that doubles its nap (a shift) compares idle with 0, not
-// with 50 (Go 1.26 naps 20 us for 50 looks first, and C threads that call
-// now and then kept it there).
+// Go's monitor backs off at once after a wake, unless a thread waits for a
+// P: in runtime.sysmon of each build, the comparison of idle with 50 and
+// the doubling of the nap (a shift) are on the one line of the change (Go
+// 1.26 as shipped doubles on the line after its comparison; backing off at
+// once whatever waits compared idle with 0, not 50).
 func TestMonitorBacksOffAtOnce(t *testing.T) {
 	t.Parallel()
 	goTool := requireOverlay(t, monitorBacksOffAtOnce)
+	line := overlaidLine(t, monitorBacksOffAtOnce, "unless a thread waits for a P")
 	for _, rel := range overlaidLibraries {
-		byLine := map[string][]string{}
-		doubling := ""
+		var onLine []string
 		for _, ins := range objdump(t, goTool, rel, "runtime.sysmon") {
-			byLine[ins.line] = append(byLine[ins.line], ins.text)
-			if strings.HasPrefix(ins.text, "SHLL ") && doubling == "" {
-				doubling = ins.line
+			if ins.line == line {
+				onLine = append(onLine, ins.text)
 			}
 		}
-		require.NotEmpty(t, doubling, "%s: runtime.sysmon doubles no nap (no shift found)", rel)
-		for _, ins := range byLine[doubling] {
-			assert.NotContains(t, ins, "$0x32", "%s: runtime.sysmon still naps 20 us for 50 looks (%s: %v)", rel, doubling, byLine[doubling])
+		compared := slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "CMPQ ") && strings.HasSuffix(s, "$0x32") })
+		doubled := slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "SHLL ") })
+		assert.True(t, compared && doubled, "%s: runtime.sysmon's %s neither compares idle with 50 nor doubles the nap: %v", rel, line, onLine)
+	}
+}
+
+// Go's monitor takes a P from a thread out in C, however often that thread
+// calls, when a timer of the P is due or a goroutine waits on its queue: in
+// runtime.retake of each build, the line of the change compares the P's
+// next timer with the time of the look (Go 1.26 sets sysretake false there).
+func TestMonitorServesWorkOnPsInC(t *testing.T) {
+	t.Parallel()
+	goTool := requireOverlay(t, monitorServesWork)
+	line := overlaidLine(t, monitorServesWork, "work waits on pp")
+	for _, rel := range overlaidLibraries {
+		var onLine []string
+		for _, ins := range objdump(t, goTool, rel, "runtime.retake") {
+			if ins.line == line {
+				onLine = append(onLine, ins.text)
+			}
+		}
+		assert.True(t, slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "CMPQ ") }),
+			"%s: runtime.retake's %s compares nothing (no timer read): %v", rel, line, onLine)
+	}
+}
+
+// overlaidLine returns "file:N", the line of the overlay's copy of
+// change's file that holds the replacement, found by a piece of its text.
+func overlaidLine(t *testing.T, change overlayChange, piece string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "build", "go-runtime", change.file+".overlay"))
+	require.NoError(t, err, "make writes the overlay's copy of %s", change.file)
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, piece) {
+			return fmt.Sprintf("%s:%d", change.file, i+1)
 		}
 	}
+	require.Fail(t, "no line of the overlay's "+change.file+" has "+piece)
+	return ""
 }
 
 // A C thread that calls into Go and finds no P of its own and none idle
@@ -185,7 +221,7 @@ func callees(listing []instruction) []string {
 func TestOverlayScriptOnOtherGos(t *testing.T) {
 	t.Parallel()
 	script := filepath.Join(repoRoot(t), "scripts", "go-runtime-overlay")
-	wait, callback, monitor, take := waitWithoutLock.line, callbackIsASchedule.line, monitorBacksOffAtOnce.line, takeAPFromC.line
+	wait, callback, monitor, take, serve := waitWithoutLock.line, callbackIsASchedule.line, monitorBacksOffAtOnce.line, takeAPFromC.line, monitorServesWork.line
 	for _, tc := range []struct {
 		name    string
 		files   map[string]string // runtime file: its text ("" : missing)
@@ -194,8 +230,8 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 	}{
 		{"as Go 1.26", map[string]string{
 			"cgocall.go": "package runtime\n" + wait + "\n" + callback + "\n",
-			"proc.go":    "package runtime\n" + monitor + "\n" + take + "\n"},
-			[]string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "take-a-p-from-c"},
+			"proc.go":    "package runtime\n" + monitor + "\n" + take + "\n" + serve + "\n"},
+			[]string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "take-a-p-from-c", "monitor-serves-work-on-ps-in-c"},
 			[]string{"cgocall.go", "proc.go"}},
 		{"a line twice", map[string]string{
 			"cgocall.go": "package runtime\n" + wait + "\n" + wait + "\n" + callback + "\n",
