@@ -13,19 +13,32 @@ LIB     := $(BUILD)/libdistautograd.so
 # (the Go tests that check a build is current ask `make -s library-sources`).
 GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/layout/*.go))
 CSRC    := capi.c clock.c uncounted.c capi_internal.h capi_status.h include/distautograd.h libdistautograd.map
-LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay
+LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay scripts/go-runtime-tested
 # Every build of the library takes four lines of Go's runtime from this
-# overlay, for C threads that call into Go (scripts/go-runtime-overlay says
-# what and why; build/go-runtime/STATUS whether each applied to this Go).
+# overlay, for C threads that call into Go (docs/go-runtime.md says what and
+# why; build/go-runtime/STATUS whether each applied to this Go), where this
+# Go's runtime is one the overlay was tested with (scripts/go-runtime-tested).
+# GO_RUNTIME_OVERLAY=0 builds with Go's runtime untouched: make
+# GO_RUNTIME_OVERLAY=0 [all, wheel, install, test...].
+GO_RUNTIME_OVERLAY ?= 1
+export GO_RUNTIME_OVERLAY
 OVERLAY := $(BUILD)/go-runtime/overlay.json
+# What the overlay is made from besides the script: the switch and the Go
+# (its version and GOROOT). The file changes when they do, so the overlay is
+# written again and every build of the library redone: a build made with
+# the other setting, or by another Go, is never taken for current.
+GO_RUNTIME_SETTING := $(BUILD)/go-runtime/setting
+GO_RUNTIME_SETTING_TEXT := GO_RUNTIME_OVERLAY=$(GO_RUNTIME_OVERLAY) $(shell $(GO) env GOVERSION GOROOT)
 # Which of the runtime's files it changes is the script's to say: a change
 # to any of them writes the overlay again.
 GO_RUNTIME_FILES := $(wildcard $(shell $(GO) env GOROOT)/src/runtime/*.go)
-LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-soname,$(SONAME)'
+# The library learns which changes it was built with (dac_debug_info's
+# go_runtime_* keys) from the script's BUILT_WITH, read when it is linked.
+LDFLAGS := -X 'main.goRuntimeBuiltWith=$$(cat $(BUILD)/go-runtime/BUILT_WITH)' -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-soname,$(SONAME)'
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib generate
+.PHONY: FORCE all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib generate
 
 all: $(LIB) torch-backend ## build build/libdistautograd.so (and the torch backend where libtorch-dev is) and copy the headers beside it
 
@@ -38,8 +51,14 @@ help: ## list the targets
 # As an installed library: the file libdistautograd.so.X.Y.Z, its soname
 # link libdistautograd.so.X (what programs load) and libdistautograd.so
 # (what -ldistautograd finds).
-$(OVERLAY): scripts/go-runtime-overlay $(GO_RUNTIME_FILES)
+$(OVERLAY): scripts/go-runtime-overlay scripts/go-runtime-tested $(GO_RUNTIME_SETTING) $(GO_RUNTIME_FILES)
 	@scripts/go-runtime-overlay $(GO) $(dir $@)
+
+$(GO_RUNTIME_SETTING): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(GO_RUNTIME_SETTING_TEXT)' | cmp -s - $@ || echo '$(GO_RUNTIME_SETTING_TEXT)' >$@
+
+FORCE:
 
 $(BUILD)/$(REALNAME): $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)

@@ -1,7 +1,8 @@
 """``python -m distautograd``: what to know first about this install.
 
 The version, the library file that was loaded and how it was found, whether
-the torch backend is active, and the library's debug information (of a
+the torch backend is active, which changes of Go's runtime the library was
+built with (docs/go-runtime.md), and the library's debug information (of a
 container initialized for worker 0 in this short-lived process). Exit
 status 0 when the library loaded and answered.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import List
+from typing import Dict, List
 
 
 def _found_by(path: str) -> str:
@@ -44,6 +45,23 @@ def _torch_backend() -> str:
         return "unknown (distautograd.torch.active() raised %s: %s)" % (type(e).__name__, e)
 
 
+GO_RUNTIME_PREFIX = "go_runtime_"
+
+
+def go_runtime_changes(info: Dict[str, int]) -> str:
+    """The changes of Go's runtime the library was built with, from
+    dac_debug_info's go_runtime_* keys (1: taken, 0: not)."""
+    taken = sorted(k[len(GO_RUNTIME_PREFIX):].replace("_", "-") for k, v in info.items()
+                   if k.startswith(GO_RUNTIME_PREFIX) and v == 1)
+    left = sorted(k[len(GO_RUNTIME_PREFIX):].replace("_", "-") for k, v in info.items()
+                  if k.startswith(GO_RUNTIME_PREFIX) and v != 1)
+    if not taken and not left:
+        return "unknown (a build made without the Makefile)"
+    if not taken:
+        return "none: Go's runtime as it is (not applied: %s)" % ", ".join(left)
+    return "%s%s" % (", ".join(taken), " (not applied: %s)" % ", ".join(left) if left else "")
+
+
 def report() -> List[str]:
     import distautograd as D
     from . import _lib
@@ -67,6 +85,7 @@ def report() -> List[str]:
         D._init(0)
         info = _lib.debug_info()
         lines.append("debug info (this process, after _init(0)):")
+    lines.insert(len(lines) - 1, "go runtime:    %s" % go_runtime_changes(info))
     lines += ["  %s" % line for line in json.dumps(info, indent=2, sort_keys=True).splitlines()]
     return lines
 
