@@ -1,5 +1,23 @@
 # distautograd: build, test, demo, bench. `make help` lists the targets.
-GO      ?= go
+# The Go that builds and tests the library is go.mod's toolchain line (the
+# go command fetches it through the module proxy where it is not
+# installed), unless GOTOOLCHAIN says otherwise: GOTOOLCHAIN=local for the
+# Go on PATH, GOTOOLCHAIN=go1.26.8 for another. docs/go-runtime.md says
+# which Gos the library is tested with.
+ifndef GOTOOLCHAIN
+GOTOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
+endif
+export GOTOOLCHAIN
+# A fetched Go is used from a copy outside the module cache, where
+# `go build -overlay` may replace its runtime's files (scripts/go-toolchain);
+# recipes, and the tests they run, find the same go first on PATH.
+ifndef GO
+GO := $(shell GOTOOLCHAIN=$(GOTOOLCHAIN) scripts/go-toolchain)
+endif
+ifeq ($(GO),)
+$(error no Go for GOTOOLCHAIN=$(GOTOOLCHAIN): scripts/go-toolchain failed (GOTOOLCHAIN=local uses the Go on PATH))
+endif
+export PATH := $(dir $(GO)):$(PATH)
 PYTHON  ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 BUILD   := build
 # The version is the header's: the library file, the soname, pkg-config,
@@ -13,7 +31,7 @@ LIB     := $(BUILD)/libdistautograd.so
 # (the Go tests that check a build is current ask `make -s library-sources`).
 GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/layout/*.go))
 CSRC    := capi.c clock.c uncounted.c capi_internal.h capi_status.h include/distautograd.h libdistautograd.map
-LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay scripts/go-runtime-tested
+LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay scripts/go-runtime-tested scripts/go-toolchain
 # Every build of the library takes four lines of Go's runtime from this
 # overlay, for C threads that call into Go (docs/go-runtime.md says what and
 # why; build/go-runtime/STATUS whether each applied to this Go), where this

@@ -143,8 +143,7 @@ var overlaidLibraries = []string{"build/libdistautograd.so", "build/testing/libd
 // the change replaces.
 func requireOverlay(t *testing.T, change overlayChange) (string, bool) {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
-	require.NoError(t, err, "the go command is needed to read the library's machine code")
+	goTool := libraryGo(t)
 	applied, ok := goRuntimeStatus(t)[change.name]
 	require.True(t, ok, "build/go-runtime/STATUS has no line for %s", change.name)
 	if applied {
@@ -161,6 +160,22 @@ func requireOverlay(t *testing.T, change overlayChange) (string, bool) {
 		assert.NotEqual(t, 1, strings.Count(string(src), "\n"+change.line+"\n"), "this Go's runtime has the line that %s replaces, and the overlay did not apply it", change.name)
 	}
 	return goTool, false
+}
+
+// libraryGo returns the go command of the Go that built the library, as
+// the build recorded it (build/go-runtime/setting: the switch, the Go's
+// version and its GOROOT): its runtime is the one the overlay was made
+// from, whatever go is first on PATH.
+func libraryGo(t *testing.T) string {
+	t.Helper()
+	setting, err := os.ReadFile(filepath.Join(repoRoot(t), "build", "go-runtime", "setting"))
+	require.NoError(t, err, "make writes build/go-runtime/setting")
+	fields := strings.Fields(string(setting))
+	require.Len(t, fields, 3, "build/go-runtime/setting: %s", setting)
+	goTool := filepath.Join(fields[2], "bin", "go")
+	_, err = os.Stat(goTool)
+	require.NoError(t, err, "the Go that built the library")
+	return goTool
 }
 
 // goRuntimeStatus returns, from build/go-runtime/STATUS, whether the
@@ -322,14 +337,13 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 	}
 }
 
-// Where the list of tested Go runtimes names the Go in use, it holds that
-// Go's files with the hashes they have here: a typo in the list, or a
-// GOROOT changed in place, would otherwise leave the overlay off unseen.
+// Where the list of tested Go runtimes names the Go that built the
+// library, it holds that Go's files with the hashes they have here: a typo
+// in the list, or a GOROOT changed in place, would otherwise leave the
+// overlay off unseen.
 func TestOverlayTestedListHasThisGo(t *testing.T) {
 	t.Parallel()
-	goTool, err := exec.LookPath("go")
-	require.NoError(t, err)
-	env, err := exec.Command(goTool, "env", "GOVERSION", "GOROOT").Output()
+	env, err := exec.Command(libraryGo(t), "env", "GOVERSION", "GOROOT").Output()
 	require.NoError(t, err)
 	fields := strings.Fields(string(env))
 	require.Len(t, fields, 2)
