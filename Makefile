@@ -56,7 +56,7 @@ LDFLAGS := -X 'main.goRuntimeBuiltWith=$$(cat $(BUILD)/go-runtime/BUILT_WITH)' -
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: FORCE all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib generate
+.PHONY: FORCE all help test-go-runtime library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib generate
 
 all: $(LIB) torch-backend ## build build/libdistautograd.so (and the torch backend where libtorch-dev is) and copy the headers beside it
 
@@ -251,6 +251,14 @@ bench: all ## distautograd against the native component (C, C++, Python, torch l
 	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) $(BENCH_FLAGS)
 	@if [ -f $(TORCH_IMPL) ]; then $(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS); else echo "bench: no torch backend built: no torch rows"; fi
 	$(GO) run ./bench -from $(BUILD)/bench.json -readme README.md
+
+# Go's own tests of cgo, callbacks, scheduling, preemption and system calls
+# (the runtime's, with the testprog/testprogcgo programs they build, and
+# cmd/cgo/internal's test, testcshared and testcarchive), with the overlay
+# of the runtime and without: fails if one fails only with it
+# (scripts/test-go-runtime; docs/go-runtime.md says how long it takes).
+test-go-runtime: $(OVERLAY) ## Go's runtime and cgo tests with the runtime overlay vs without: none may fail only with it
+	scripts/test-go-runtime $(GO) $(dir $(OVERLAY)) $(BUILD)/test-go-runtime
 
 generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h
 	$(GO) run ./cmd/dacgen
