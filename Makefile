@@ -47,6 +47,12 @@ OVERLAY := $(BUILD)/go-runtime/overlay.json
 # the other setting, or by another Go, is never taken for current.
 GO_RUNTIME_SETTING := $(BUILD)/go-runtime/setting
 GO_RUNTIME_SETTING_TEXT := GO_RUNTIME_OVERLAY=$(GO_RUNTIME_OVERLAY) $(shell $(GO) env GOVERSION GOROOT)
+# Written as make reads this file, and only when it changed, so that
+# `make -q` still tells a current build (a rule that always ran would make
+# it never current); not for the targets that only print.
+ifneq ($(filter-out library-sources help,$(or $(MAKECMDGOALS),all)),)
+$(shell mkdir -p $(dir $(GO_RUNTIME_SETTING)) && { echo '$(GO_RUNTIME_SETTING_TEXT)' | cmp -s - $(GO_RUNTIME_SETTING) || echo '$(GO_RUNTIME_SETTING_TEXT)' >$(GO_RUNTIME_SETTING); })
+endif
 # Which of the runtime's files it changes is the script's to say: a change
 # to any of them writes the overlay again.
 GO_RUNTIME_FILES := $(wildcard $(shell $(GO) env GOROOT)/src/runtime/*.go)
@@ -56,7 +62,7 @@ LDFLAGS := -X 'main.goRuntimeBuiltWith=$$(cat $(BUILD)/go-runtime/BUILT_WITH)' -
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: FORCE all help test-go-runtime library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib generate
+.PHONY: all help test-go-runtime library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib generate
 
 all: $(LIB) torch-backend ## build build/libdistautograd.so (and the torch backend where libtorch-dev is) and copy the headers beside it
 
@@ -72,11 +78,6 @@ help: ## list the targets
 $(OVERLAY): scripts/go-runtime-overlay scripts/go-runtime-tested $(GO_RUNTIME_SETTING) $(GO_RUNTIME_FILES)
 	@scripts/go-runtime-overlay $(GO) $(dir $@)
 
-$(GO_RUNTIME_SETTING): FORCE
-	@mkdir -p $(dir $@)
-	@echo '$(GO_RUNTIME_SETTING_TEXT)' | cmp -s - $@ || echo '$(GO_RUNTIME_SETTING_TEXT)' >$@
-
-FORCE:
 
 $(BUILD)/$(REALNAME): $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)
