@@ -10,7 +10,9 @@ endif
 export GOTOOLCHAIN
 # A fetched Go is used from a copy outside the module cache, where
 # `go build -overlay` may replace its runtime's files (scripts/go-toolchain);
-# recipes, and the tests they run, find the same go first on PATH.
+# recipes, and the tests they run, find the same go first on PATH. (GO=PATH
+# names a go command instead: with GOTOOLCHAIN=local, or it hands over to
+# the toolchain line's Go.)
 ifndef GO
 GO := $(shell GOTOOLCHAIN=$(GOTOOLCHAIN) scripts/go-toolchain)
 endif
