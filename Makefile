@@ -1,5 +1,25 @@
 # distautograd: build, test, demo, bench. `make help` lists the targets.
-GO      ?= go
+# The Go that builds and tests the library is go.mod's toolchain line (the
+# go command fetches it through the module proxy where it is not
+# installed), unless GOTOOLCHAIN says otherwise: GOTOOLCHAIN=local for the
+# Go on PATH, GOTOOLCHAIN=go1.26.8 for another. docs/go-runtime.md says
+# which Gos the library is tested with.
+ifndef GOTOOLCHAIN
+GOTOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
+endif
+export GOTOOLCHAIN
+# A fetched Go is used from a copy outside the module cache, where
+# `go build -overlay` may replace its runtime's files (scripts/go-toolchain);
+# recipes, and the tests they run, find the same go first on PATH. (GO=PATH
+# names a go command instead: with GOTOOLCHAIN=local, or it hands over to
+# the toolchain line's Go.)
+ifndef GO
+GO := $(shell GOTOOLCHAIN=$(GOTOOLCHAIN) scripts/go-toolchain)
+endif
+ifeq ($(GO),)
+$(error no Go for GOTOOLCHAIN=$(GOTOOLCHAIN): scripts/go-toolchain failed (GOTOOLCHAIN=local uses the Go on PATH))
+endif
+export PATH := $(dir $(GO)):$(PATH)
 PYTHON  ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 BUILD   := build
 # The version is the header's: the library file, the soname, pkg-config,
@@ -13,19 +33,39 @@ LIB     := $(BUILD)/libdistautograd.so
 # (the Go tests that check a build is current ask `make -s library-sources`).
 GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/layout/*.go))
 CSRC    := capi.c $(wildcard csrc/*.c) clock.c uncounted.c capi_internal.h capi_status.h capi_layout.h include/distautograd.h libdistautograd.map
-LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay
+LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay scripts/go-runtime-tested scripts/go-toolchain
 # Every build of the library takes five lines of Go's runtime from this
-# overlay, for C threads that call into Go (scripts/go-runtime-overlay says
-# what and why; build/go-runtime/STATUS whether each applied to this Go).
+# overlay, for C threads that call into Go (docs/go-runtime.md says what and
+# why; build/go-runtime/STATUS whether each applied to this Go), where this
+# Go's runtime is one the overlay was tested with (scripts/go-runtime-tested).
+# GO_RUNTIME_OVERLAY=0 builds with Go's runtime untouched: make
+# GO_RUNTIME_OVERLAY=0 [all, wheel, install, test...].
+GO_RUNTIME_OVERLAY ?= 1
+export GO_RUNTIME_OVERLAY
 OVERLAY := $(BUILD)/go-runtime/overlay.json
+# What the overlay is made from besides the script: the switch and the Go
+# (its version and GOROOT). The file changes when they do, so the overlay is
+# written again and every build of the library redone: a build made with
+# the other setting, or by another Go, is never taken for current.
+GO_RUNTIME_SETTING := $(BUILD)/go-runtime/setting
+GO_RUNTIME_SETTING_TEXT := GO_RUNTIME_OVERLAY=$(GO_RUNTIME_OVERLAY) $(shell $(GO) env GOVERSION GOROOT)
+# Written as make reads this file, and only when it changed, so that
+# `make -q` still tells a current build (a rule that always ran would make
+# it never current); not for the targets that only print.
+ifneq ($(filter-out library-sources help,$(or $(MAKECMDGOALS),all)),)
+$(shell mkdir -p $(dir $(GO_RUNTIME_SETTING)) && { echo '$(GO_RUNTIME_SETTING_TEXT)' | cmp -s - $(GO_RUNTIME_SETTING) || echo '$(GO_RUNTIME_SETTING_TEXT)' >$(GO_RUNTIME_SETTING); })
+endif
 # Which of the runtime's files it changes is the script's to say: a change
 # to any of them writes the overlay again.
 GO_RUNTIME_FILES := $(wildcard $(shell $(GO) env GOROOT)/src/runtime/*.go)
-LDFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-soname,$(SONAME)'
+# The library learns which changes it was built with (dac_debug_info's
+# go_runtime_* keys) from the script's BUILT_WITH, read when it is linked.
+LINKFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-soname,$(SONAME)'
+LDFLAGS := -X 'main.goRuntimeBuiltWith=$$(cat $(BUILD)/go-runtime/BUILT_WITH)' $(LINKFLAGS)
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib nooverlay-lib generate
+.PHONY: all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib nooverlay-lib test-go-runtime generate
 
 all: $(LIB) torch-backend ## build build/libdistautograd.so (and the torch backend where libtorch-dev is) and copy the headers beside it
 
@@ -38,8 +78,9 @@ help: ## list the targets
 # As an installed library: the file libdistautograd.so.X.Y.Z, its soname
 # link libdistautograd.so.X (what programs load) and libdistautograd.so
 # (what -ldistautograd finds).
-$(OVERLAY): scripts/go-runtime-overlay $(GO_RUNTIME_FILES)
+$(OVERLAY): scripts/go-runtime-overlay scripts/go-runtime-tested $(GO_RUNTIME_SETTING) $(GO_RUNTIME_FILES)
 	@scripts/go-runtime-overlay $(GO) $(dir $@)
+
 
 $(BUILD)/$(REALNAME): $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)
@@ -57,12 +98,13 @@ $(LIB): $(BUILD)/$(SONAME)
 
 # The library built with Go's runtime as shipped (no overlay), for the
 # tests and benchmarks that compare the overlay with it: they point
-# LD_LIBRARY_PATH at build/nooverlay.
+# LD_LIBRARY_PATH at build/nooverlay. It reports every change as not taken
+# (BUILT_WITH's names, each =0).
 nooverlay-lib: $(BUILD)/nooverlay/libdistautograd.so ## build/nooverlay/libdistautograd.so, with Go's runtime untouched
 
-$(BUILD)/nooverlay/libdistautograd.so: $(LIBRARY_SOURCES)
+$(BUILD)/nooverlay/libdistautograd.so: $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)/nooverlay
-	$(GO) build -buildmode=c-shared -trimpath -ldflags "$(LDFLAGS)" -o $(BUILD)/nooverlay/$(SONAME) .
+	$(GO) build -buildmode=c-shared -trimpath -ldflags "-X 'main.goRuntimeBuiltWith=$$(sed 's/=1/=0/g' $(BUILD)/go-runtime/BUILT_WITH)' $(LINKFLAGS)" -o $(BUILD)/nooverlay/$(SONAME) .
 	rm -f $(BUILD)/nooverlay/*.h
 	ln -sf $(SONAME) $@
 
@@ -238,6 +280,14 @@ bench: all $(BUILD)/nooverlay/libdistautograd.so ## distautograd against the nat
 	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) $(BENCH_FLAGS)
 	@if [ -f $(TORCH_IMPL) ]; then $(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS); else echo "bench: no torch backend built: no torch rows"; fi
 	$(GO) run ./bench -from $(BUILD)/bench.json -tables docs/benchmarks.md -headline README.md
+
+# Go's own tests of cgo, callbacks, scheduling, preemption and system calls
+# (the runtime's, with the testprog/testprogcgo programs they build, and
+# cmd/cgo/internal's test, testcshared and testcarchive), with the overlay
+# of the runtime and without: fails if one fails only with it
+# (scripts/test-go-runtime; docs/go-runtime.md says how long it takes).
+test-go-runtime: $(OVERLAY) ## Go's runtime and cgo tests with the runtime overlay vs without: none may fail only with it
+	scripts/test-go-runtime $(GO) $(dir $(OVERLAY)) $(BUILD)/test-go-runtime
 
 generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h; from container/'s types: capi_layout.h
 	$(GO) run ./cmd/dacgen

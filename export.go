@@ -172,6 +172,7 @@ func debugInfo(c *container.Container) map[string]int64 {
 		"go_heap_bytes":               goHeapLiveBytes(),
 	}
 	cleanupDebugInfo(m)
+	goRuntimeDebugInfo(m)
 	return m
 }
 

@@ -2,6 +2,8 @@ module distautograd
 
 go 1.26.8
 
+toolchain go1.27.3
+
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/stretchr/testify v1.12.1

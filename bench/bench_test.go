@@ -429,3 +429,27 @@ func TestRewriteHeadline(t *testing.T) {
 		t.Errorf("rewritten file:\n%s", got)
 	}
 }
+
+// The machine line says which changes of Go's runtime the measured library
+// was built with, from the build's record (docs/go-runtime.md).
+func TestGoRuntimeChanges(t *testing.T) {
+	root := t.TempDir()
+	if got := goRuntimeChanges(root); got != "" {
+		t.Errorf("no record: %q, want nothing", got)
+	}
+	dir := filepath.Join(root, "build", "go-runtime")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ status, want string }{
+		{"a-b: applied\nc: not applied: its line 0 times\nd: applied\n", " (runtime changes: a-b, d)"},
+		{"a-b: not applied: switched off (GO_RUNTIME_OVERLAY=0)\nc: not applied: switched off (GO_RUNTIME_OVERLAY=0)\n", " (runtime as Go ships it)"},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, "STATUS"), []byte(tc.status), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := goRuntimeChanges(root); got != tc.want {
+			t.Errorf("STATUS %q: %q, want %q", tc.status, got, tc.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -33,7 +34,7 @@ type MachineInfo struct {
 
 // Machine describes this machine, with the torch of cfg.Python.
 func Machine(cfg Config) MachineInfo {
-	m := MachineInfo{CPU: "unknown CPU", Cores: runtime.NumCPU(), Go: runtime.Version()}
+	m := MachineInfo{CPU: "unknown CPU", Cores: runtime.NumCPU(), Go: runtime.Version() + goRuntimeChanges(cfg.Root)}
 	if out, err := exec.Command("lscpu").Output(); err == nil {
 		fields := map[string]string{}
 		for _, line := range strings.Split(string(out), "\n") {
@@ -98,6 +99,27 @@ func firstLine(name string, args ...string) string {
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return line
+}
+
+// goRuntimeChanges says which changes of Go's runtime the library under
+// measure was built with (docs/go-runtime.md), from the build's record
+// (build/go-runtime/STATUS): " (runtime changes: a, b)", " (runtime as
+// Go ships it)", or nothing where there is no record.
+func goRuntimeChanges(root string) string {
+	b, err := os.ReadFile(filepath.Join(root, "build", "go-runtime", "STATUS"))
+	if err != nil {
+		return ""
+	}
+	var applied []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if name, ok := strings.CutSuffix(line, ": applied"); ok {
+			applied = append(applied, name)
+		}
+	}
+	if len(applied) == 0 {
+		return " (runtime as Go ships it)"
+	}
+	return " (runtime changes: " + strings.Join(applied, ", ") + ")"
 }
 
 func (m MachineInfo) String() string {

@@ -382,6 +382,11 @@ func TestOpsDebugInfo(t *testing.T) {
 		"refused_contexts": 0, "live_handles": 0, "uncounted_handles": 0, "cleanup_sent": 0, "cleanup_retried": 0,
 		"cleanup_failed": 0, "cleanup_dropped": 0, "cleanup_skipped": 0, "cleanup_pending": 0,
 	}
+	// Which changes of Go's runtime the build took, as the overlay's
+	// script recorded them (build/go-runtime/STATUS).
+	for name, applied := range goRuntimeStatus(t) {
+		want["go_runtime_"+strings.ReplaceAll(name, "-", "_")] = map[bool]int64{true: 1, false: 0}[applied]
+	}
 	assert.Equal(t, want, objects[0])
 	want["num_autograd_contexts"], want["live_handles"] = 1, 1
 	assert.Equal(t, want, objects[1], "after one dac_context_new")

@@ -1,6 +1,7 @@
 package capi_test
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The four lines of Go's runtime that scripts/go-runtime-overlay replaces
+// The five lines of Go's runtime that scripts/go-runtime-overlay replaces
 // in every build of the library, read off its machine code, and its STATUS.
 
 // overlayChange is one of them: its name in STATUS, its file in
@@ -36,10 +37,11 @@ var (
 // that reads the closed channel without its lock (Go 1.26's blocking one
 // locked it on every call). In runtime.cgocallbackg1 of each build of the
 // library: a blocking receive (chanrecv1) only behind a non-blocking one
-// (selectnbrecv).
+// (selectnbrecv). A build that did not take the change has no
+// non-blocking receive there (Go 1.27 checks an atomic flag instead).
 func TestCallsFromCTakeNoSharedLock(t *testing.T) {
 	t.Parallel()
-	goTool := requireOverlay(t, waitWithoutLock)
+	goTool, applied := requireOverlay(t, waitWithoutLock)
 	for _, rel := range overlaidLibraries {
 		calls := callees(objdump(t, goTool, rel, "runtime.cgocallbackg1"))
 		require.NotEmpty(t, calls, "%s: no runtime.cgocallbackg1 found", rel)
@@ -49,9 +51,12 @@ func TestCallsFromCTakeNoSharedLock(t *testing.T) {
 			case "runtime.selectnbrecv":
 				nonBlocking = true
 			case "runtime.chanrecv1":
-				assert.True(t, nonBlocking, "%s: every call from C into Go makes a blocking channel receive (a lock all threads share); calls: %v", rel, calls)
+				if applied {
+					assert.True(t, nonBlocking, "%s: every call from C into Go makes a blocking channel receive (a lock all threads share); calls: %v", rel, calls)
+				}
 			}
 		}
+		assert.Equal(t, applied, nonBlocking, "%s: a non-blocking receive in runtime.cgocallbackg1, where the build took wait-without-lock (%v); calls: %v", rel, applied, calls)
 	}
 }
 
@@ -59,10 +64,11 @@ func TestCallsFromCTakeNoSharedLock(t *testing.T) {
 // scheduler tick moves, so Go's monitor takes the P back from a C thread by
 // the rules of a system call, not as from a goroutine that ran 10 ms. In
 // runtime.cgocallbackg of each build: on the line of its call of
-// exitsyscall, an increment of memory (the P's schedtick) after the call.
+// exitsyscall, an increment of memory (the P's schedtick) after the call;
+// none in a build that did not take the change.
 func TestCallsFromCMoveTheirPsTick(t *testing.T) {
 	t.Parallel()
-	goTool := requireOverlay(t, callbackIsASchedule)
+	goTool, applied := requireOverlay(t, callbackIsASchedule)
 	for _, rel := range overlaidLibraries {
 		listing := objdump(t, goTool, rel, "runtime.cgocallbackg")
 		exitLine, incremented := "", false
@@ -75,7 +81,7 @@ func TestCallsFromCMoveTheirPsTick(t *testing.T) {
 			}
 		}
 		require.NotEmpty(t, exitLine, "%s: runtime.cgocallbackg calls no runtime.exitsyscall", rel)
-		assert.True(t, incremented, "%s: runtime.cgocallbackg increments nothing after exitsyscall (%s):\n%v", rel, exitLine, listing)
+		assert.Equal(t, applied, incremented, "%s: runtime.cgocallbackg increments the P's tick after exitsyscall (%s) where the build took callback-is-a-schedule (%v):\n%v", rel, exitLine, applied, listing)
 	}
 }
 
@@ -83,10 +89,14 @@ func TestCallsFromCMoveTheirPsTick(t *testing.T) {
 // P: in runtime.sysmon of each build, the comparison of idle with 50 and
 // the doubling of the nap (a shift) are on the one line of the change (Go
 // 1.26 as shipped doubles on the line after its comparison; backing off at
-// once whatever waits compared idle with 0, not 50).
+// once whatever waits compared idle with 0, not 50). A build that did not
+// take the change has no overlay's line to read.
 func TestMonitorBacksOffAtOnce(t *testing.T) {
 	t.Parallel()
-	goTool := requireOverlay(t, monitorBacksOffAtOnce)
+	goTool, applied := requireOverlay(t, monitorBacksOffAtOnce)
+	if !applied {
+		return // requireOverlay checked why (STATUS)
+	}
 	line := overlaidLine(t, monitorBacksOffAtOnce, "unless a thread waits for a P")
 	for _, rel := range overlaidLibraries {
 		var onLine []string
@@ -107,7 +117,10 @@ func TestMonitorBacksOffAtOnce(t *testing.T) {
 // next timer with the time of the look (Go 1.26 sets sysretake false there).
 func TestMonitorServesWorkOnPsInC(t *testing.T) {
 	t.Parallel()
-	goTool := requireOverlay(t, monitorServesWork)
+	goTool, applied := requireOverlay(t, monitorServesWork)
+	if !applied {
+		return // requireOverlay checked why (STATUS)
+	}
 	line := overlaidLine(t, monitorServesWork, "work waits on pp")
 	for _, rel := range overlaidLibraries {
 		var onLine []string
@@ -141,10 +154,11 @@ func overlaidLine(t *testing.T, change overlayChange, piece string) string {
 // next look (which, backed off, can be 10 ms away), rather than waiting
 // for that look. In runtime.exitsyscallTryGetP of each build: besides the
 // attempt on the thread's old P, a second one (setBlockOnExitSyscall) over
-// every P, which holds allpLock as the monitor's retake does.
+// every P, which holds allpLock as the monitor's retake does; the first
+// alone in a build that did not take the change.
 func TestCallsFromCTakeAPFromC(t *testing.T) {
 	t.Parallel()
-	goTool := requireOverlay(t, takeAPFromC)
+	goTool, applied := requireOverlay(t, takeAPFromC)
 	for _, rel := range overlaidLibraries {
 		listing := objdump(t, goTool, rel, "runtime.exitsyscallTryGetP")
 		attempts := 0
@@ -154,8 +168,9 @@ func TestCallsFromCTakeAPFromC(t *testing.T) {
 			}
 		}
 		allp := slices.ContainsFunc(listing, func(ins instruction) bool { return strings.Contains(ins.text, "runtime.allpLock(SB)") })
-		assert.Equal(t, 2, attempts, "%s: runtime.exitsyscallTryGetP tries to take a P from a thread in C %d times, not 2 (its old P, then any):\n%v", rel, attempts, listing)
-		assert.True(t, allp, "%s: runtime.exitsyscallTryGetP does not walk allp under allpLock:\n%v", rel, listing)
+		want := map[bool]int{true: 2, false: 1}[applied]
+		assert.Equal(t, want, attempts, "%s: runtime.exitsyscallTryGetP tries to take a P from a thread in C %d times, not %d (its old P, then any where the build took take-a-p-from-c: %v):\n%v", rel, attempts, want, applied, listing)
+		assert.Equal(t, applied, allp, "%s: runtime.exitsyscallTryGetP walks allp under allpLock where the build took take-a-p-from-c (%v):\n%v", rel, applied, listing)
 	}
 }
 
@@ -163,23 +178,61 @@ func TestCallsFromCTakeAPFromC(t *testing.T) {
 // built from the same sources and overlay; its machine code differs).
 var overlaidLibraries = []string{"build/libdistautograd.so", "build/testing/libdistautograd.so"}
 
-// requireOverlay returns the go command, after checking that where this
-// Go's runtime file has the line that change replaces (exactly once),
-// build/go-runtime/STATUS says the change was applied.
-func requireOverlay(t *testing.T, change overlayChange) string {
+// requireOverlay returns the go command and whether the library's builds
+// took change, after checking that build/go-runtime/STATUS says why where
+// they did not: switched off (GO_RUNTIME_OVERLAY=0), a Go the overlay was
+// not tested with, or a runtime file without the line (exactly once) that
+// the change replaces.
+func requireOverlay(t *testing.T, change overlayChange) (string, bool) {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
-	require.NoError(t, err, "the go command is needed to read the library's machine code")
-	goroot, err := exec.Command(goTool, "env", "GOROOT").Output()
+	goTool := libraryGo(t)
+	applied, ok := goRuntimeStatus(t)[change.name]
+	require.True(t, ok, "build/go-runtime/STATUS has no line for %s", change.name)
+	if applied {
+		return goTool, true
+	}
+	status, err := os.ReadFile(filepath.Join(repoRoot(t), "build", "go-runtime", "STATUS"))
 	require.NoError(t, err)
-	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(goroot)), "src", "runtime", change.file))
-	require.NoError(t, err)
+	if !strings.Contains(string(status), change.name+": not applied: switched off") &&
+		!strings.Contains(string(status), change.name+": not applied: untested Go runtime") {
+		goroot, err := exec.Command(goTool, "env", "GOROOT").Output()
+		require.NoError(t, err)
+		src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(goroot)), "src", "runtime", change.file))
+		require.NoError(t, err)
+		assert.NotEqual(t, 1, strings.Count(string(src), "\n"+change.line+"\n"), "this Go's runtime has the line that %s replaces, and the overlay did not apply it", change.name)
+	}
+	return goTool, false
+}
+
+// libraryGo returns the go command of the Go that built the library, as
+// the build recorded it (build/go-runtime/setting: the switch, the Go's
+// version and its GOROOT): its runtime is the one the overlay was made
+// from, whatever go is first on PATH.
+func libraryGo(t *testing.T) string {
+	t.Helper()
+	setting, err := os.ReadFile(filepath.Join(repoRoot(t), "build", "go-runtime", "setting"))
+	require.NoError(t, err, "make writes build/go-runtime/setting")
+	fields := strings.Fields(string(setting))
+	require.Len(t, fields, 3, "build/go-runtime/setting: %s", setting)
+	goTool := filepath.Join(fields[2], "bin", "go")
+	_, err = os.Stat(goTool)
+	require.NoError(t, err, "the Go that built the library")
+	return goTool
+}
+
+// goRuntimeStatus returns, from build/go-runtime/STATUS, whether the
+// library's builds took each change of the overlay, by its name.
+func goRuntimeStatus(t *testing.T) map[string]bool {
+	t.Helper()
 	status, err := os.ReadFile(filepath.Join(repoRoot(t), "build", "go-runtime", "STATUS"))
 	require.NoError(t, err, "make writes build/go-runtime/STATUS")
-	if strings.Count(string(src), "\n"+change.line+"\n") == 1 {
-		assert.Contains(t, string(status), change.name+": applied\n", "this Go's runtime has the line that %s replaces, and the overlay did not apply it", change.name)
+	m := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(status)), "\n") {
+		name, rest, ok := strings.Cut(line, ": ")
+		require.True(t, ok, "a STATUS line is NAME: applied|not applied: WHY, not %q", line)
+		m[name] = rest == "applied"
 	}
-	return goTool
+	return m
 }
 
 // instruction is a line of go tool objdump's listing: the source line it
@@ -215,34 +268,46 @@ func callees(listing []instruction) []string {
 }
 
 // scripts/go-runtime-overlay against other Gos (a stand-in go command and
-// GOROOT): a line found once is replaced, line for line; a line found
-// twice or not at all, or a file missing, is left as it is and STATUS says
-// so; the overlay names only the files that changed, and is valid JSON.
+// GOROOT, and a list of tested runtime files): where every file it changes
+// is on the list (by its hash, under one Go), a line found once is
+// replaced, line for line; a line found twice or not at all is left as it
+// is and STATUS says so. A Go whose files are not all on the list, or a
+// build with GO_RUNTIME_OVERLAY=0, takes none, and one line on stderr says
+// so. The overlay names only the files that changed and is valid JSON;
+// BUILT_WITH says name=1 or name=0 for each change, in order.
 func TestOverlayScriptOnOtherGos(t *testing.T) {
 	t.Parallel()
 	script := filepath.Join(repoRoot(t), "scripts", "go-runtime-overlay")
 	wait, callback, monitor, take, serve := waitWithoutLock.line, callbackIsASchedule.line, monitorBacksOffAtOnce.line, takeAPFromC.line, monitorServesWork.line
+	asGo126 := map[string]string{
+		"cgocall.go": "package runtime\n" + wait + "\n" + callback + "\n",
+		"proc.go":    "package runtime\n" + monitor + "\n" + take + "\n" + serve + "\n"}
+	all := []string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "take-a-p-from-c", "monitor-serves-work-on-ps-in-c"}
 	for _, tc := range []struct {
 		name    string
-		files   map[string]string // runtime file: its text ("" : missing)
+		files   map[string]string // runtime file: its text (absent: missing)
+		tested  map[string]string // the tested list's text of each file (absent: as in files)
+		off     bool              // GO_RUNTIME_OVERLAY=0
 		applied []string
 		changed []string // files in the overlay
+		stderr  string   // the line on stderr when none applies
 	}{
-		{"as Go 1.26", map[string]string{
-			"cgocall.go": "package runtime\n" + wait + "\n" + callback + "\n",
-			"proc.go":    "package runtime\n" + monitor + "\n" + take + "\n" + serve + "\n"},
-			[]string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "take-a-p-from-c", "monitor-serves-work-on-ps-in-c"},
-			[]string{"cgocall.go", "proc.go"}},
-		{"a line twice", map[string]string{
+		{name: "as Go 1.26", files: asGo126, applied: all, changed: []string{"cgocall.go", "proc.go"}},
+		{name: "a line twice", files: map[string]string{
 			"cgocall.go": "package runtime\n" + wait + "\n" + wait + "\n" + callback + "\n",
 			"proc.go":    "package runtime\n"},
-			[]string{"callback-is-a-schedule"},
-			[]string{"cgocall.go"}},
-		{"one of a file's two lines", map[string]string{
-			"proc.go": "package runtime\n" + monitor + "\n" + take + "\n" + take + "\n"},
-			[]string{"monitor-backs-off-at-once"},
-			[]string{"proc.go"}},
-		{"no runtime files", map[string]string{}, nil, nil},
+			applied: []string{"callback-is-a-schedule"}, changed: []string{"cgocall.go"}},
+		{name: "one of a file's two lines", files: map[string]string{
+			"cgocall.go": "package runtime\n",
+			"proc.go":    "package runtime\n" + monitor + "\n" + take + "\n" + take + "\n"},
+			applied: []string{"monitor-backs-off-at-once"}, changed: []string{"proc.go"}},
+		{name: "untested: a file differs from the list's", files: asGo126,
+			tested: map[string]string{"proc.go": "package runtime\n" + monitor + "\n" + take + "\n// another Go\n"},
+			stderr: "go-runtime-overlay: go1.99.0's runtime is not one the overlay was tested with"},
+		{name: "untested: a file missing", files: map[string]string{"proc.go": asGo126["proc.go"]},
+			stderr: "go-runtime-overlay: go1.99.0's runtime is not one the overlay was tested with"},
+		{name: "switched off", files: asGo126, off: true,
+			stderr: "go-runtime-overlay: switched off (GO_RUNTIME_OVERLAY=0): Go's runtime as it is"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			goroot, out := t.TempDir(), t.TempDir()
@@ -250,20 +315,45 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 			for name, text := range tc.files {
 				require.NoError(t, os.WriteFile(filepath.Join(goroot, "src", "runtime", name), []byte(text), 0o644))
 			}
+			list := "# tested\n"
+			for name, text := range tc.files {
+				if other, ok := tc.tested[name]; ok {
+					text = other
+				}
+				list += fmt.Sprintf("go1.99.0 %s %x\n", name, sha256.Sum256([]byte(text)))
+			}
+			listFile := filepath.Join(t.TempDir(), "tested")
+			require.NoError(t, os.WriteFile(listFile, []byte(list), 0o644))
 			fakeGo := filepath.Join(t.TempDir(), "go")
-			require.NoError(t, os.WriteFile(fakeGo, []byte("#!/bin/sh\necho '"+goroot+"'\n"), 0o755))
-			res, err := exec.Command(script, fakeGo, out).CombinedOutput()
-			require.NoError(t, err, "%s", res)
+			require.NoError(t, os.WriteFile(fakeGo, []byte("#!/bin/sh\ncase \"$2\" in GOROOT) echo '"+goroot+"';; GOVERSION) echo go1.99.0;; esac\n"), 0o755))
+			cmd := exec.Command(script, fakeGo, out)
+			cmd.Env = append(os.Environ(), "GO_RUNTIME_TESTED="+listFile, "GO_RUNTIME_OVERLAY=1")
+			if tc.off {
+				cmd.Env = append(cmd.Env, "GO_RUNTIME_OVERLAY=0")
+			}
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			require.NoError(t, cmd.Run(), "%s", stderr.String())
+			if tc.stderr != "" {
+				assert.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line on stderr: %s", stderr.String())
+				assert.True(t, strings.HasPrefix(stderr.String(), tc.stderr), "stderr: %s", stderr.String())
+			}
 
 			status, err := os.ReadFile(filepath.Join(out, "STATUS"))
 			require.NoError(t, err)
+			builtWith, err := os.ReadFile(filepath.Join(out, "BUILT_WITH"))
+			require.NoError(t, err)
+			var want []string
 			for _, change := range overlayChanges {
 				if slices.Contains(tc.applied, change.name) {
 					assert.Contains(t, string(status), change.name+": applied\n")
+					want = append(want, change.name+"=1")
 				} else {
 					assert.Contains(t, string(status), change.name+": not applied: ")
+					want = append(want, change.name+"=0")
 				}
 			}
+			assert.Equal(t, strings.Join(want, ",")+"\n", string(builtWith))
 			var overlay struct{ Replace map[string]string }
 			b, err := os.ReadFile(filepath.Join(out, "overlay.json"))
 			require.NoError(t, err)
@@ -286,5 +376,29 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Where the list of tested Go runtimes names the Go that built the
+// library, it holds that Go's files with the hashes they have here: a typo
+// in the list, or a GOROOT changed in place, would otherwise leave the
+// overlay off unseen.
+func TestOverlayTestedListHasThisGo(t *testing.T) {
+	t.Parallel()
+	env, err := exec.Command(libraryGo(t), "env", "GOVERSION", "GOROOT").Output()
+	require.NoError(t, err)
+	fields := strings.Fields(string(env))
+	require.Len(t, fields, 2)
+	list, err := os.ReadFile(filepath.Join(repoRoot(t), "scripts", "go-runtime-tested"))
+	require.NoError(t, err)
+	if !strings.Contains(string(list), "\n"+fields[0]+" ") {
+		t.Logf("%s is not on scripts/go-runtime-tested: its builds take no change of the runtime", fields[0])
+		return
+	}
+	for _, name := range []string{"cgocall.go", "proc.go"} {
+		b, err := os.ReadFile(filepath.Join(fields[1], "src", "runtime", name))
+		require.NoError(t, err)
+		assert.Contains(t, string(list), fmt.Sprintf("\n%s %s %x\n", fields[0], name, sha256.Sum256(b)),
+			"scripts/go-runtime-tested names %s, but not its %s as it is here", fields[0], name)
 	}
 }

@@ -157,8 +157,12 @@ int dac_new_autograd_message_id(int64_t *out);
 ** shared count, see docs/architecture.md),
 ** go_heap_bytes (the Go heap's live bytes as of the last
 ** garbage collection: what the library's own memory keeps, for leak checks),
-** and the fan-out's counters cleanup_sent, cleanup_retried, cleanup_failed,
-** cleanup_dropped, cleanup_skipped and cleanup_pending. */
+** the fan-out's counters cleanup_sent, cleanup_retried, cleanup_failed,
+** cleanup_dropped, cleanup_skipped and cleanup_pending, and a key
+** go_runtime_NAME per change of Go's runtime the library can be built with
+** (docs/go-runtime.md): 1 if this build took it, 0 if not (switched off with
+** GO_RUNTIME_OVERLAY=0, a Go the changes were not tested with, or a Go that
+** does not need it). */
 int dac_debug_info(char *buf, size_t capacity, size_t *length);
 
 /* Caps the number of live contexts (0, the default: no cap). Without a cap

@@ -22,6 +22,7 @@
 #include "check.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 
 #define ID_BASE 1000
@@ -252,7 +253,7 @@ static void *looker(void *p) {
 		dac_context *h;
 		if (dac_context_retrieve(ID_BASE + 100, &h) != DAC_OK)
 			continue;
-		lookups[me]++;
+		__atomic_add_fetch(&lookups[me], 1, __ATOMIC_RELAXED);
 		uint64_t hv = 0;
 		int64_t id = 0;
 		if (dac_context_host_value(h, &hv) != DAC_OK || dac_context_id(h, &id) != DAC_OK || id != ID_BASE + 100) {
@@ -279,6 +280,16 @@ static void race(void) {
 	make(ID_BASE + 100, &values[0]);
 	for (long i = 0; i < THREADS; i++)
 		pthread_create(&t[i], NULL, looker, (void *)i);
+	/* The rounds start once a looker has found the context: on a loaded
+	** machine they could otherwise all end before any looker ran. */
+	for (;;) {
+		long seen = 0;
+		for (int i = 0; i < THREADS; i++)
+			seen += __atomic_load_n(&lookups[i], __ATOMIC_RELAXED);
+		if (seen > 0)
+			break;
+		sched_yield();
+	}
 	for (int r = 1; r <= rounds; r++) {
 		if (dac_context_release(ID_BASE + 100) != DAC_OK)
 			printf("BUG: round %d: release: %s\n", r, dac_last_error());

@@ -1,12 +1,13 @@
 """``python -m distautograd``: what to know first about this install.
 
 The version, the library file that was loaded and how it was found, whether
-the torch backend is active (and if not, why and what to run), and the debug information of
-a container initialized for worker 0 in this short-lived process: the
-library's, or, run under the torch backend (``distautograd-torch python -m
-distautograd``), distautograd.torch.debug_info()'s, which adds torch's
-figures and the backend's own. Exit status 0 when the library loaded and
-answered.
+the torch backend is active (and if not, why and what to run), which
+changes of Go's runtime the library was built with (docs/go-runtime.md),
+and the debug information of a container initialized for worker 0 in this
+short-lived process: the library's, or, run under the torch backend
+(``distautograd-torch python -m distautograd``),
+distautograd.torch.debug_info()'s, which adds torch's figures and the
+backend's own. Exit status 0 when the library loaded and answered.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import json
 import os
 import sys
 from types import ModuleType
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 
 def _found_by(path: str) -> str:
@@ -52,6 +53,23 @@ def _torch_backend() -> Tuple[str, Optional[ModuleType]]:
     return "active (%s)" % why, backend
 
 
+GO_RUNTIME_PREFIX = "go_runtime_"
+
+
+def go_runtime_changes(info: Dict[str, int]) -> str:
+    """The changes of Go's runtime the library was built with, from
+    dac_debug_info's go_runtime_* keys (1: taken, 0: not)."""
+    taken = sorted(k[len(GO_RUNTIME_PREFIX):].replace("_", "-") for k, v in info.items()
+                   if k.startswith(GO_RUNTIME_PREFIX) and v == 1)
+    left = sorted(k[len(GO_RUNTIME_PREFIX):].replace("_", "-") for k, v in info.items()
+                  if k.startswith(GO_RUNTIME_PREFIX) and v != 1)
+    if not taken and not left:
+        return "unknown (a build made without the Makefile)"
+    if not taken:
+        return "none: Go's runtime as it is (not applied: %s)" % ", ".join(left)
+    return "%s%s" % (", ".join(taken), " (not applied: %s)" % ", ".join(left) if left else "")
+
+
 def report() -> List[str]:
     import distautograd as D
     from . import _lib
@@ -79,6 +97,7 @@ def report() -> List[str]:
         D._init(0)
         lines.append("debug info (%sthis process, after _init(0)):" % source)
     info = read()
+    lines.insert(len(lines) - 1, "go runtime:    %s" % go_runtime_changes(info))
     lines += ["  %s" % line for line in json.dumps(info, indent=2, sort_keys=True).splitlines()]
     return lines
 

@@ -1,0 +1,139 @@
+/* The C side of the reproducers of docs/go-runtime.md: threads of a C
+** program calling into a Go c-shared library (lib.go), as a C or C++
+** program that embeds Go code does. Build:
+**
+**   go build -buildmode=c-shared -o librepro.so .
+**   cc -O2 -pthread -I. c/driver.c -o driver -L. -lrepro -Wl,-rpath,'$ORIGIN'
+**
+** and run `./driver MODE THREADS MILLISECONDS`:
+**
+**   loop    each thread calls an empty Go function in a tight loop (a lock
+**           every call takes, a P taken back at every look of the monitor);
+**   sparse  each thread calls it every 2 ms, asleep in between (how often
+**           Go's monitor wakes for calls that come now and then);
+**   mixed   each thread calls a Go function that runs 200 us, then runs C
+**           code for 200 us, more threads than Ps (how long a call waits
+**           for a P when others hold them out in C).
+**
+** It prints one line: the calls, the wall and the CPU ns per call of the
+** calling threads, the CPU time of the process's other threads (Go's
+** monitor and the threads it wakes) and the context switches of the
+** process, both per 1,000 calls, and the calls that took over 1 ms beyond
+** their own work (max: the longest; in a loop, the batches of 1,000
+** calls). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "librepro.h"
+
+static const char *mode;
+static int64_t duration_ns;
+
+typedef struct {
+	pthread_t thread;
+	int64_t calls, over_1ms, max_ns, cpu_ns;
+} worker;
+
+static int64_t now(clockid_t clock) {
+	struct timespec ts;
+	clock_gettime(clock, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void spin_c(int64_t ns) {
+	int64_t end = now(CLOCK_MONOTONIC) + ns;
+	while (now(CLOCK_MONOTONIC) < end) {
+	}
+}
+
+static void *run(void *arg) {
+	worker *w = arg;
+	int64_t start = now(CLOCK_MONOTONIC), cpu0 = now(CLOCK_THREAD_CPUTIME_ID);
+	/* In a loop, the clock is read around batches of 1,000 calls: read
+	** around each, it would cost more than the call. */
+	int batch = strcmp(mode, "loop") == 0 ? 1000 : 1;
+	while (now(CLOCK_MONOTONIC) - start < duration_ns) {
+		int64_t t0 = now(CLOCK_MONOTONIC), own = 0;
+		if (strcmp(mode, "mixed") == 0) {
+			ReproSpin(200);
+			own = 200000;
+		} else {
+			for (int i = 0; i < batch; i++) {
+				ReproNoop();
+			}
+		}
+		int64_t took = now(CLOCK_MONOTONIC) - t0 - own;
+		w->calls += batch;
+		if (took > 1000000) {
+			w->over_1ms++;
+		}
+		if (took > w->max_ns) {
+			w->max_ns = took;
+		}
+		if (strcmp(mode, "sparse") == 0) {
+			struct timespec ts = {0, 2000000};
+			nanosleep(&ts, NULL);
+		} else if (strcmp(mode, "mixed") == 0) {
+			spin_c(200000);
+		}
+	}
+	w->cpu_ns = now(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+	return NULL;
+}
+
+static int64_t process_cpu(struct rusage *ru) {
+	getrusage(RUSAGE_SELF, ru);
+	return ((int64_t)ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) * 1000000000 +
+	       ((int64_t)ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) * 1000;
+}
+
+int main(int argc, char **argv) {
+	if (argc != 4 || (strcmp(argv[1], "loop") && strcmp(argv[1], "sparse") && strcmp(argv[1], "mixed"))) {
+		fprintf(stderr, "usage: %s loop|sparse|mixed THREADS MILLISECONDS\n", argv[0]);
+		return 2;
+	}
+	mode = argv[1];
+	int n = atoi(argv[2]);
+	duration_ns = (int64_t)atoi(argv[3]) * 1000000;
+	if (n < 1 || n > 1024 || duration_ns <= 0) {
+		fprintf(stderr, "THREADS in 1..1024, MILLISECONDS > 0\n");
+		return 2;
+	}
+	ReproNoop(); /* the runtime is up, its package initialization done */
+	worker *ws = calloc((size_t)n, sizeof *ws);
+	struct rusage ru0, ru1;
+	int64_t cpu0 = process_cpu(&ru0);
+	for (int i = 0; i < n; i++) {
+		if (pthread_create(&ws[i].thread, NULL, run, &ws[i]) != 0) {
+			perror("pthread_create");
+			return 1;
+		}
+	}
+	int64_t calls = 0, over = 0, max = 0, callers_cpu = 0;
+	for (int i = 0; i < n; i++) {
+		pthread_join(ws[i].thread, NULL);
+		calls += ws[i].calls;
+		over += ws[i].over_1ms;
+		callers_cpu += ws[i].cpu_ns;
+		if (ws[i].max_ns > max) {
+			max = ws[i].max_ns;
+		}
+	}
+	int64_t cpu1 = process_cpu(&ru1);
+	long csw = (ru1.ru_nvcsw - ru0.ru_nvcsw) + (ru1.ru_nivcsw - ru0.ru_nivcsw);
+	/* ns per call: each thread's wall time over its calls (the lock's
+	** waits are in it, asleep or not). */
+	printf("mode=%s threads=%d calls=%lld ns_per_call=%.1f cpu_ns_per_call=%.1f other_cpu_us_per_1000_calls=%.1f "
+	       "csw_per_1000_calls=%.1f over_1ms=%lld max_us=%lld\n",
+	       mode, n, (long long)calls, (double)duration_ns * n / (double)calls, (double)callers_cpu / (double)calls,
+	       (double)(cpu1 - cpu0 - callers_cpu) / 1000.0 / ((double)calls / 1000.0),
+	       (double)csw / ((double)calls / 1000.0), (long long)over, (long long)(max / 1000));
+	free(ws);
+	return 0;
+}
