@@ -29,7 +29,7 @@ var (
 	monitorBacksOffAtOnce = overlayChange{"monitor-backs-off-at-once", "proc.go", "\t\t} else if idle > 50 { // start doubling the sleep after 1ms..."}
 	takeAPFromC           = overlayChange{"take-a-p-from-c", "proc.go", "\t// Try to get an idle P."}
 	monitorServesWork     = overlayChange{"monitor-serves-work-on-ps-in-c", "proc.go", "\t\tsysretake := false"}
-	overlayChanges        = []overlayChange{waitWithoutLock, callbackIsASchedule, monitorBacksOffAtOnce, takeAPFromC, monitorServesWork}
+	overlayChanges        = []overlayChange{waitWithoutLock, callbackIsASchedule, monitorBacksOffAtOnce, monitorServesWork, takeAPFromC} // in the script's order
 )
 
 // A call from C into Go takes no lock that every thread shares: the
@@ -282,7 +282,7 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 	asGo126 := map[string]string{
 		"cgocall.go": "package runtime\n" + wait + "\n" + callback + "\n",
 		"proc.go":    "package runtime\n" + monitor + "\n" + take + "\n" + serve + "\n"}
-	all := []string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "take-a-p-from-c", "monitor-serves-work-on-ps-in-c"}
+	all := []string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "monitor-serves-work-on-ps-in-c", "take-a-p-from-c"}
 	for _, tc := range []struct {
 		name    string
 		files   map[string]string // runtime file: its text (absent: missing)
