@@ -59,10 +59,11 @@ func readStressCounts(t *testing.T, stderr string) stressCounts {
 // pair of runs that exceeds that is run again, up to three times: the test
 // fails only if the patched runtime is worse every time. (A runtime that
 // makes calls wait has more slow calls and makes fewer: worse both ways.)
-// The overlay's monitor change as it was before it took the waiting
-// threads into account (it backed off while dozens waited for a P) made
-// hundreds of calls a run wait over 100 ms in bench/busythreads' workload
-// where the unpatched runtime made none (make bench keeps that figure).
+// A monitor that backs off while dozens of threads wait for a P (the
+// overlay's monitor-backs-off-at-once without its condition on waiting
+// threads) makes calls wait where the unpatched runtime does not
+// (docs/go-runtime.md has the figures; make bench's runtime level measures
+// it).
 func TestRuntimeStress(t *testing.T) {
 	t.Parallel()
 	bin := buildC(t, "c/runtime_stress.c", "-lpthread")

@@ -61,11 +61,10 @@ const timedPromisesVerdict = `
 // time plus a second, and a configuration that exceeds it is run again, up
 // to three times: it fails only if the patched runtime is slower every
 // time. A runtime that starves the timers (the overlay's schedtick change
-// without its monitor change) took 7-10 s at GOMAXPROCS=1 with one
-// looping thread where the unpatched one took 1-2.5 s, three times out of
-// three on a loaded machine (the system descheduling the looping thread
-// for 10 ms is what let its timers run at all), and for ever on an idle
-// one.
+// without monitor-serves-work-on-ps-in-c) fails it at GOMAXPROCS=1 every
+// time on a loaded machine, where only the system descheduling the looping
+// thread lets its timers run at all, and never ends on an idle one
+// (docs/go-runtime.md has the figures).
 func TestTimedPromisesHoldBesideLoopingCallers(t *testing.T) {
 	t.Parallel()
 	bin := buildC(t, "c/timed_promises.c", "-lpthread")
