@@ -295,6 +295,9 @@ type shardState struct {
 	count   int    // records linked in
 	slot    int    // its place in View.Buckets
 	free    uint32 // index+1 of the top of this shard's free records
+	// reapedIDs: ids of this shard the container's clean-up released
+	// (reaped.go); nil until its first.
+	reapedIDs *reapedIDs
 }
 
 func newBucketArray(m *mappings, n int) (*Buckets, error) {
@@ -346,6 +349,9 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 		if idx, err = c.recs.grow(); err != nil {
 			return nil, 0, err
 		}
+	}
+	if s.reapedIDs != nil {
+		delete(s.reapedIDs.ids, id) // stored again: no longer a reaped id
 	}
 	r := c.recs.at(idx)
 	gen := stateGen(r.State.Load()) // dead: the generation its next life takes
