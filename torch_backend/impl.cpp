@@ -118,12 +118,28 @@ struct alignas(64) Counts {
   std::atomic<int64_t> cleanup_handed{0}, cleanup_torch_failed{0}, made{0}, destroyed{0};
 } counts;
 std::atomic<bool> exiting{false};
+// DISTAUTOGRAD_REAP_IDLE_MS, when the reaper runs (start_reaper); else 0.
+std::atomic<long long> reap_idle_ms{0};
+// The reaped current id this thread was last told about: the pass that
+// failed gets one error, so the end of its `with` block, which releases
+// the id, is quiet after that (the library resets the thread's current id).
+thread_local int64_t told_reaped = DAC_INVALID_ID;
 
 [[noreturn]] void fail_dac() {
   // The native message where torch raises one (distautograd's are the same
   // text), else distautograd's: as a c10::Error, which Python sees as the
-  // RuntimeError torch raises.
-  TORCH_CHECK(false, dac_last_error());
+  // RuntimeError torch raises. A context the reaper took says so, and
+  // which setting made it (the library names only its own function).
+  const char* msg = dac_last_error();
+  long long ms = reap_idle_ms.load(std::memory_order_relaxed);
+  if (ms > 0 && strstr(msg, "reaped by dac_reap_idle_contexts") != nullptr) {
+    int64_t cur = DAC_INVALID_ID;
+    if (dac_current_context_id(&cur) == DAC_OK)
+      told_reaped = cur;
+    TORCH_CHECK(false, msg, "; the torch backend's reaper releases every context idle that long "
+                "(DISTAUTOGRAD_REAP_IDLE_MS=", ms, "): set it above the longest pause of a pass, or unset it");
+  }
+  TORCH_CHECK(false, msg);
   std::abort();
 }
 
@@ -254,6 +270,7 @@ void start_reaper() {
     fprintf(stderr, "distautograd-torch: DISTAUTOGRAD_REAP_IDLE_MS=%s is not a positive number of ms; no reaper\n", env);
     return;
   }
+  reap_idle_ms.store(ms, std::memory_order_relaxed);
   std::thread([ms] {
     const auto period = std::chrono::milliseconds(std::max<long long>(20, ms / 4));
     while (!exiting.load(std::memory_order_relaxed)) {
@@ -344,8 +361,16 @@ bool release_with_torch_workers(int64_t id) {
 }
 
 void m_releaseContext(void*, int64_t id) {
-  if (!release_with_torch_workers(id))
-    check(dac_context_release(id));  // gone: torch's "Could not find autograd context with id"
+  if (release_with_torch_workers(id))
+    return;
+  // Gone: torch's "Could not find autograd context with id", unless it is
+  // the reaped pass this thread has been told about already.
+  int rc = dac_context_release(id);
+  if (rc != DAC_OK && id == told_reaped) {
+    told_reaped = DAC_INVALID_ID;
+    return;
+  }
+  check(rc);
 }
 
 void m_releaseContextIfPresent(void*, int64_t id) { release_with_torch_workers(id); }

@@ -167,6 +167,31 @@ class TestKilledWorker(BackendTest):
             self.assertEqual(r["debug_info"]["torch_native_contexts"], 0, r)
 
 
+class TestReapedPass(BackendTest):
+    """A pass idle past DISTAUTOGRAD_REAP_IDLE_MS loses its context (as
+    documented), gets one error that names the reaper and its setting, and
+    the thread goes on: its next passes work, as natively. Before the fix
+    the end of the `with` block raised "Could not find autograd context"
+    and every later pass on the thread "Already have an autograd context id
+    for this thread."."""
+
+    def test_thread_starts_new_passes(self) -> None:
+        native, _ = probe("reaped", False, DISTAUTOGRAD_REAP_IDLE_MS="200")
+        self.assertFalse(native["active"])
+        self.assertEqual(native["first"], {"grads": [2.0] * 3})
+        got, _ = probe("reaped", True, DISTAUTOGRAD_REAP_IDLE_MS="200")
+        self.assertTrue(got["active"])
+        err = got["first"].get("error", "")
+        self.assertRegex(err, r"^Could not find autograd context with id: \d+ \(distautograd: it was reaped by "
+                         r"dac_reap_idle_contexts, unused for 200 ms or more\); the torch backend's reaper", got)
+        self.assertIn("DISTAUTOGRAD_REAP_IDLE_MS=200", err)
+        self.assertFalse(got["first"]["chained"], "the end of the pass raised a second error")
+        for k in ("after", "other", "contexts"):
+            self.assertEqual(got[k], native[k], k)
+        self.assertEqual(got["after"], [[2.0] * 3] * 2)
+        self.assertEqual(got["contexts"], 0)
+
+
 class TestGuard(BackendTest):
     """A libtorch that is not the build the backend was made for (simulated:
     another soname, a missing symbol, a failed run-time layout check) leaves
