@@ -1,8 +1,7 @@
 // impl.cpp: torch 1.13's DistAutogradContainer served by distautograd
 // (libdistautograd_torch_impl.so). The shim (shim.c) loads it on the first
 // container call of a process whose libtorch is the one it was built for,
-// and jumps here for every public member of the container and for
-// DistEngine::getDebugInfo. Each function below has the member's ABI: the
+// and jumps here for every public member of the container. Each function below has the member's ABI: the
 // object (ignored: distautograd's container is process-wide, as torch's
 // singleton is) comes first, after the hidden pointer of a returned
 // shared_ptr.
@@ -38,9 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <string>
 #include <thread>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -95,7 +92,6 @@ namespace {
 namespace ta = torch::distributed::autograd;
 namespace rpc = torch::distributed::rpc;
 using ContextPtr = std::shared_ptr<ta::DistAutogradContext>;
-using DebugInfo = std::unordered_map<std::string, int>;
 
 // libtorch's own definitions, by the ABI of their members.
 struct Real {
@@ -104,14 +100,13 @@ struct Real {
   ContextPtr (*getOrCreateContext)(void*, int64_t);
   void (*releaseContextIfPresent)(void*, int64_t);
   size_t (*numAutogradContexts)(const void*);
-  DebugInfo (*getDebugInfo)(const void*);
 } real;
 
 // libtorch's container: initialized with the worker id, it makes the
 // DistAutogradContext objects; it holds one only for the length of that.
 std::atomic<void*> instance{nullptr};
 std::mutex init_mu;
-// The counts _get_debug_info shows, written by every creation and cleanup
+// The counts dat_impl_debug_info shows, written by every creation and cleanup
 // send: on lines of their own, away from what every member reads (instance,
 // real, exiting).
 struct alignas(64) Counts {
@@ -435,38 +430,6 @@ int64_t m_currentContextId() {
   return dac_current_context_id(&id) == DAC_OK ? id : -1;
 }
 
-// torch.distributed.autograd._get_debug_info(): the engine's figures (its
-// num_autograd_contexts is ours, through numAutogradContexts) and
-// distautograd's: the fan-out's counters, the cap, live handles.
-DebugInfo m_getDebugInfo(const void* engine) {
-  DebugInfo info = real.getDebugInfo(engine);
-  char buf[1024];
-  size_t len = 0;
-  if (dac_debug_info(buf, sizeof buf, &len) == DAC_OK && len < sizeof buf) {
-    // A flat JSON object of integers: {"key":value,...}.
-    const char* p = buf;
-    while ((p = strchr(p, '"')) != nullptr) {
-      const char* end = strchr(p + 1, '"');
-      if (end == nullptr || end[1] != ':')
-        break;
-      std::string key(p + 1, end);
-      long long v = strtoll(end + 2, nullptr, 10);
-      if (key != "num_autograd_contexts" && key != "num_current_backward_passes")
-        info[key] = v > INT32_MAX ? INT32_MAX : static_cast<int>(v);
-      p = end + 2;
-    }
-  }
-  info["torch_cleanup_handed"] = static_cast<int>(counts.cleanup_handed.load());
-  info["torch_cleanup_failed"] = static_cast<int>(counts.cleanup_torch_failed.load());
-  void* self = instance.load(std::memory_order_acquire);
-  info["torch_native_contexts"] = self ? static_cast<int>(real.numAutogradContexts(self)) : 0;
-  // Made and not yet destroyed: those torch still holds (a ContextPtr in
-  // its engine, a Python object), or a live context hosts.
-  info["torch_contexts_made"] = static_cast<int>(counts.made.load());
-  info["torch_contexts_alive"] = static_cast<int>(counts.made.load() - counts.destroyed.load());
-  return info;
-}
-
 std::atomic<bool> started{false};
 
 // Whether a context behaves as torch 1.13's: it reports the id it was made
@@ -543,7 +506,6 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_start(dat_start_a
   real.getOrCreateContext = reinterpret_cast<decltype(real.getOrCreateContext)>(a->real[10]);
   real.releaseContextIfPresent = reinterpret_cast<decltype(real.releaseContextIfPresent)>(a->real[4]);
   real.numAutogradContexts = reinterpret_cast<decltype(real.numAutogradContexts)>(a->real[16]);
-  real.getDebugInfo = reinterpret_cast<decltype(real.getDebugInfo)>(a->real[DAT_IDX_DEBUG_INFO]);
   if (!probe(a->simulate, a->why, a->why_cap))
     return 1;
   void** s = a->serve;
@@ -565,7 +527,6 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_start(dat_start_a
   s[15] = reinterpret_cast<void*>(m_clearCurrentContext);
   s[16] = reinterpret_cast<void*>(m_numAutogradContexts);
   s[17] = reinterpret_cast<void*>(m_currentContextId);
-  s[DAT_IDX_DEBUG_INFO] = reinterpret_cast<void*>(m_getDebugInfo);
   started.store(true);
   std::atexit([] { exiting.store(true); });
   return 0;
@@ -574,3 +535,32 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_start(dat_start_a
 // Whether the backend serves torch's container in this process (for
 // distautograd.torch.active()).
 extern "C" __attribute__((visibility("default"))) int dat_impl_active() { return started.load() ? 1 : 0; }
+
+// The backend's own figures (for distautograd.torch.debug_info(), beside
+// libdistautograd's dac_debug_info): a flat JSON object of integers, as
+// dac_debug_info writes, with its length (without the NUL) in *length even
+// when capacity is too small. 0: written; 1: the backend does not serve
+// torch's container in this process; 2: bad arguments. torch's own
+// _get_debug_info() keeps torch's two keys.
+extern "C" __attribute__((visibility("default"))) int dat_impl_debug_info(char* buf, size_t capacity,
+                                                                          size_t* length) {
+  if (length == nullptr || (buf == nullptr && capacity != 0))
+    return 2;
+  if (!started.load())
+    return 1;
+  void* self = instance.load(std::memory_order_acquire);
+  const int64_t made = counts.made.load(), destroyed = counts.destroyed.load();
+  // Made and not yet destroyed: those torch still holds (a ContextPtr in
+  // its engine, a Python object), or a live context hosts.
+  int n = snprintf(buf, capacity,
+                   "{\"torch_cleanup_failed\":%lld,\"torch_cleanup_handed\":%lld,\"torch_contexts_alive\":%lld,"
+                   "\"torch_contexts_made\":%lld,\"torch_native_contexts\":%lld}",
+                   static_cast<long long>(counts.cleanup_torch_failed.load()),
+                   static_cast<long long>(counts.cleanup_handed.load()), static_cast<long long>(made - destroyed),
+                   static_cast<long long>(made),
+                   static_cast<long long>(self != nullptr ? real.numAutogradContexts(self) : 0));
+  if (n < 0)
+    return 2;
+  *length = static_cast<size_t>(n);
+  return 0;
+}

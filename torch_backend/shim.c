@@ -91,7 +91,7 @@ static void find_real(void) {
 			missing_real = i;
 	}
 	for (int i = DAT_PRIVATE_FIRST; i < DAT_NSYMS; i++)
-		if (i != DAT_IDX_DEBUG_INFO && real[i] != NULL)
+		if (real[i] != NULL)
 			__atomic_store_n(&dat_fn[i], i == DAT_IDX_SEND_RELEASE ? (void *)dat_noop : real[i], __ATOMIC_RELEASE);
 }
 
@@ -174,7 +174,7 @@ static void decide(void) {
 		return;
 	}
 	for (int i = 0; i < DAT_NSYMS; i++)
-		if (i < DAT_PRIVATE_FIRST || i == DAT_IDX_DEBUG_INFO)
+		if (i < DAT_PRIVATE_FIRST)
 			__atomic_store_n(&dat_fn[i], serve[i], __ATOMIC_RELEASE);
 	__atomic_store_n(&active, 1, __ATOMIC_RELEASE);
 }
@@ -183,7 +183,7 @@ static void decide(void) {
 ** it, once dat_fn[index] points where calls must go. */
 __attribute__((visibility("hidden"))) unsigned dat_resolve(unsigned index) {
 	pthread_once(&found_once, find_real);
-	if (index >= DAT_PRIVATE_FIRST && index != DAT_IDX_DEBUG_INFO && real[index] != NULL)
+	if (index >= DAT_PRIVATE_FIRST && real[index] != NULL)
 		return index; /* set by find_real */
 	pthread_once(&decided_once, decide);
 	return index;

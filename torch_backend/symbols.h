@@ -1,10 +1,13 @@
 /* symbols.h: the torch 1.13 functions the backend defines, as an X-macro:
 ** DAT_SYM(index, name, mangled). Every member of DistAutogradContainer
-** (both constructor symbols share one entry), and DistEngine::getDebugInfo,
-** so that torch.distributed.autograd._get_debug_info() shows distautograd's
-** figures. Included by the shim (C and assembly) and the implementation. */
+** (both constructor symbols share one entry). DistEngine::getDebugInfo stays
+** libtorch's: it reads the container through its public members (through
+** the PLT), so torch.distributed.autograd._get_debug_info() shows torch's two
+** figures with torch's meaning; distautograd's own are
+** distautograd.torch.debug_info(). Included by the shim (C and assembly) and
+** the implementation. */
 #define DAT_PRIVATE_FIRST 18
-#define DAT_NSYMS 24
+#define DAT_NSYMS 23
 #define DAT_SYMBOLS(X)                                                                                              \
 	X(0, init, _ZN5torch11distributed8autograd21DistAutogradContainer4initEl)                                       \
 	X(1, getInstance, _ZN5torch11distributed8autograd21DistAutogradContainer11getInstanceEv)                        \
@@ -30,20 +33,18 @@
 	X(21, sendReleaseContextRpc,                                                                                    \
 	  _ZN5torch11distributed8autograd21DistAutogradContainer21sendReleaseContextRpcERKSt13unordered_setIsSt4hashIsESt8equal_toIsESaIsEEl) \
 	X(22, eraseContextIdAndReset,                                                                                   \
-	  _ZN5torch11distributed8autograd21DistAutogradContainer22eraseContextIdAndResetERNS2_13ContextsShardEl)        \
-	X(23, getDebugInfo, _ZNK5torch11distributed8autograd10DistEngine12getDebugInfoB5cxx11Ev)
+	  _ZN5torch11distributed8autograd21DistAutogradContainer22eraseContextIdAndResetERNS2_13ContextsShardEl)
 
 /* The second constructor symbol, an alias of entry 20 (ctor). */
 #define DAT_CTOR2 _ZN5torch11distributed8autograd21DistAutogradContainerC2Ej
 
 /* Entries 0..DAT_PRIVATE_FIRST-1 are the public members, which the backend
-** serves; getDebugInfo (23) too. The private members (18..22) only ever run
+** serves. The private members (18..22) only ever run
 ** from libtorch's own member functions, which the backend calls once, in
 ** its run-time check (impl.cpp: probe, which has libtorch's container make
 ** and release a context): they stay libtorch's, but sendReleaseContextRpc,
 ** whose only caller then is that check (a fresh context, no known workers). */
 #define DAT_IDX_SEND_RELEASE 21
-#define DAT_IDX_DEBUG_INFO 23
 
 #ifndef __ASSEMBLER__
 /* What the shim gives the implementation (impl.cpp): libtorch's own
@@ -56,5 +57,5 @@ typedef struct dat_start_args {
 	unsigned long why_cap;
 	const char *simulate;    /* DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH, or NULL */
 } dat_start_args;
-#define DAT_ABI 1
+#define DAT_ABI 2
 #endif

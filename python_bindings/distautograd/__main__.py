@@ -1,16 +1,20 @@
 """``python -m distautograd``: what to know first about this install.
 
 The version, the library file that was loaded and how it was found, whether
-the torch backend is active, and the library's debug information (of a
-container initialized for worker 0 in this short-lived process). Exit
-status 0 when the library loaded and answered.
+the torch backend is active (and if not, why), and the debug information of
+a container initialized for worker 0 in this short-lived process: the
+library's, or, run under the torch backend (``distautograd-torch python -m
+distautograd``), distautograd.torch.debug_info()'s, which adds torch's
+figures and the backend's own. Exit status 0 when the library loaded and
+answered.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-from typing import List
+from types import ModuleType
+from typing import List, Optional, Tuple
 
 
 def _found_by(path: str) -> str:
@@ -29,44 +33,52 @@ def _describe_path(path: str) -> str:
     return path if real == os.path.abspath(path) else "%s -> %s" % (path, real)
 
 
-def _torch_backend() -> str:
+def _torch_backend() -> Tuple[str, Optional[ModuleType]]:
+    """The backend's state in words, and distautograd.torch when it serves."""
     import importlib
 
     try:
         backend = importlib.import_module("distautograd.torch")
     except ImportError as e:
         if getattr(e, "name", None) == "distautograd.torch":
-            return "not available (this package has no distautograd.torch)"
-        return "not available (importing distautograd.torch failed: %s)" % e
+            return "not available (this package has no distautograd.torch)", None
+        return "not available (importing distautograd.torch failed: %s)" % e, None
     try:
-        return "active" if backend.active() else "inactive"
+        serving = backend._serving_impl()
     except Exception as e:  # the report must come out whatever the backend does
-        return "unknown (distautograd.torch.active() raised %s: %s)" % (type(e).__name__, e)
+        return "unknown (distautograd.torch raised %s: %s)" % (type(e).__name__, e), None
+    if isinstance(serving, str):
+        return "inactive: %s" % serving, None
+    return "active", backend
 
 
 def report() -> List[str]:
     import distautograd as D
     from . import _lib
 
+    backend_state, backend = _torch_backend()
     lines = [
         "distautograd %s" % D.__version__,
         "package:       %s" % os.path.dirname(os.path.abspath(D.__file__)),
         "library:       %s" % _describe_path(_lib.PATH),
         "  found in:    %s" % _found_by(_lib.PATH),
         "python:        %s %s" % (sys.executable, sys.version.split()[0]),
-        "torch backend: %s" % _torch_backend(),
+        "torch backend: %s" % backend_state,
     ]
     # The container of this fresh process is not initialized yet, and the
     # debug information needs one: worker 0 here, which nothing else sees.
+    # Under the backend it is torch's container too.
+    read = _lib.debug_info if backend is None else backend.debug_info
+    source = "" if backend is None else "distautograd.torch.debug_info(), "
     try:
-        info = _lib.debug_info()
-        lines.append("debug info:")
+        _lib.debug_info()
+        lines.append("debug info (%sthis process):" % source)
     except D.DistAutogradError as e:
         if e.status != D.Status.ERR_NOT_INITIALIZED:
             raise
         D._init(0)
-        info = _lib.debug_info()
-        lines.append("debug info (this process, after _init(0)):")
+        lines.append("debug info (%sthis process, after _init(0)):" % source)
+    info = read()
     lines += ["  %s" % line for line in json.dumps(info, indent=2, sort_keys=True).splitlines()]
     return lines
 

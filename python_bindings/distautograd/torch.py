@@ -15,22 +15,25 @@ change to the script. It works in front of ``torchrun`` too::
 backend.)
 
 Inside, :func:`active` says whether torch's container is distautograd, and
-``torch.distributed.autograd._get_debug_info()`` shows distautograd's
-figures (the fan-out's counters among them). Processes that never use
-distributed autograd never load more than a few kilobytes of the backend.
+:func:`debug_info` gives distautograd's figures (the fan-out's counters, the
+libtorch context objects made and alive...).
+``torch.distributed.autograd._get_debug_info()`` stays torch's own: its two
+keys, with torch's meaning. Processes that never use distributed autograd
+never load more than a few kilobytes of the backend.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
 import re
+import json
 import shutil
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from . import _process
 
-__all__ = ["active", "library_path", "main", "TORCH_VERSION"]
+__all__ = ["active", "debug_info", "NotServing", "library_path", "main", "TORCH_VERSION"]
 
 #: The torch the backend serves (Debian's python3-torch / libtorch-dev).
 TORCH_VERSION = "1.13"
@@ -102,14 +105,20 @@ def check_torch() -> str:
     return v
 
 
-def active() -> bool:
-    """Whether torch's distributed autograd container is distautograd in this
-    process: the backend is preloaded and serves this torch (it decides on
-    torch's first container call; this makes that call if none was made, so
-    it imports torch)."""
+class NotServing(RuntimeError):
+    """:func:`debug_info` in a process where the backend does not serve
+    torch's distributed autograd container; the message says why."""
+
+
+def _serving_impl():
+    """The backend's implementation if it serves torch's container in this
+    process, else the reason it does not (a str). Imports torch and makes
+    torch's first container call if none was made: the backend decides on
+    it."""
     shim = _process.shim_path()
     if shim is None:
-        return False
+        return ("the torch backend is not preloaded in this process (run it under distautograd-torch, or with "
+                "LD_PRELOAD naming %s)" % _process.SHIM_NAME)
     import ctypes
 
     import torch.distributed.autograd  # noqa: F401  (loads libtorch: the backend can decide)
@@ -121,8 +130,99 @@ def active() -> bool:
     try:
         impl = ctypes.CDLL(os.path.join(os.path.dirname(shim), _process.IMPL_NAME), mode=_process.RTLD_NOLOAD)
     except OSError:
-        return False
-    return bool(impl.dat_impl_active())
+        impl = None
+    if impl is None or not impl.dat_impl_active():
+        return ("the torch backend (%s) is preloaded but torch keeps its own container in this process: the "
+                "backend said why on stderr" % shim)
+    return impl
+
+
+def active() -> bool:
+    """Whether torch's distributed autograd container is distautograd in this
+    process: the backend is preloaded and serves this torch (it decides on
+    torch's first container call; this makes that call if none was made, so
+    it imports torch)."""
+    return not isinstance(_serving_impl(), str)
+
+
+def _backend_figures(impl) -> Dict[str, int]:
+    import ctypes
+
+    fn = impl.dat_impl_debug_info
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
+    length = ctypes.c_size_t()
+    cap = 256
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        rc = fn(buf, cap, ctypes.byref(length))
+        if rc == 1:
+            raise NotServing("the torch backend does not serve torch's container in this process")
+        if rc != 0:
+            raise RuntimeError("dat_impl_debug_info failed (%d)" % rc)
+        if length.value < cap:
+            return json.loads(buf.value.decode("utf-8"))
+        cap = length.value + 1
+
+
+def debug_info() -> Dict[str, int]:
+    """distautograd's figures for torch's distributed autograd in this process,
+    which the backend serves: a dict of ints, keys sorted. (torch's own
+    ``torch.distributed.autograd._get_debug_info()`` has torch's two keys
+    only, as natively.)
+
+    torch's figures, as ``_get_debug_info()`` gives them:
+
+    - ``num_autograd_contexts``: contexts in the container (distautograd's).
+    - ``num_current_backward_passes``: backward passes torch's engine is
+      running.
+
+    libdistautograd's, from its C function dac_debug_info (include/distautograd.h):
+
+    - ``cleanup_sent``: cleanup messages (one per known worker of a released
+      context) handed to torch's RPC agent; ``cleanup_retried``: attempts
+      after one the agent could not take (no agent running yet, say);
+      ``cleanup_failed``: given up on after the last attempt;
+      ``cleanup_dropped``: refused, the queue being full;
+      ``cleanup_skipped``: not sent, no sender set; ``cleanup_pending``:
+      queued or awaiting a retry, now.
+    - ``max_contexts``: the cap (``DISTAUTOGRAD_MAX_CONTEXTS``; 0: none);
+      ``refused_contexts``: creations refused by it.
+    - ``live_handles``: references to contexts held through the C ABI now;
+      ``uncounted_handles``: those held uncounted.
+    - ``go_heap_bytes``: the library's Go heap, live bytes at the last
+      collection.
+
+    The backend's own:
+
+    - ``torch_cleanup_handed``: cleanup messages torch's agent accepted (as
+      ``cleanup_sent``); ``torch_cleanup_failed``: those whose send torch
+      finally reported failed (each also logged on stderr, as natively).
+    - ``torch_contexts_made``: libtorch context objects built;
+      ``torch_contexts_alive``: those not yet destroyed (held by a live
+      context, or by torch: its engine, a Python object).
+    - ``torch_native_contexts``: what libtorch's own container map holds
+      (0: every context is distautograd's).
+
+    The three groups are read one after another, not as one snapshot.
+    Raises :class:`NotServing` (a RuntimeError) when the backend does not
+    serve torch's container in this process (not preloaded, or torch kept
+    native: the message says which), and torch's RuntimeError when
+    distributed autograd is not initialized, as ``_get_debug_info()`` does.
+    It imports torch.
+    """
+    impl = _serving_impl()
+    if isinstance(impl, str):
+        raise NotServing(impl)
+    import torch.distributed.autograd as dist_autograd
+
+    from . import _lib
+
+    info = dict(dist_autograd._get_debug_info())
+    for key, value in _lib.debug_info().items():
+        info.setdefault(key, value)
+    info.update(_backend_figures(impl))
+    return dict(sorted(info.items()))
 
 
 USAGE = """usage: distautograd-torch [--check] COMMAND [ARGS...]

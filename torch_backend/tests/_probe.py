@@ -46,7 +46,12 @@ def guard():
         err = None
     except RuntimeError as e:
         err = str(e)
-    out = {"grads": grads, "error": err, "active": dt.active(), "keys": sorted(da._get_debug_info())}
+    try:
+        figures = sorted(dt.debug_info())
+    except dt.NotServing:
+        figures = "NotServing"
+    out = {"grads": grads, "error": err, "active": dt.active(), "keys": sorted(da._get_debug_info()),
+           "figures": figures}
     rpc.shutdown()
     return out
 

@@ -20,6 +20,26 @@ SHIM = os.path.join(BUILD, "libdistautograd_torch.so")
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 TIMEOUT = 180
 
+#: distautograd.torch.debug_info()'s keys, as its docstring lists them
+#: (programs read them: a change is a change of interface).
+DEBUG_INFO_KEYS = sorted([
+    "num_autograd_contexts", "num_current_backward_passes",
+    "cleanup_sent", "cleanup_retried", "cleanup_failed", "cleanup_dropped", "cleanup_skipped", "cleanup_pending",
+    "max_contexts", "refused_contexts", "live_handles", "uncounted_handles", "go_heap_bytes",
+    "torch_cleanup_handed", "torch_cleanup_failed", "torch_contexts_made", "torch_contexts_alive",
+    "torch_native_contexts"])
+
+
+def documented_keys() -> list:
+    """The keys distautograd.torch.debug_info()'s docstring names (``key``)."""
+    import ast
+    import re
+
+    with open(os.path.join(ROOT, "python_bindings", "distautograd", "torch.py")) as f:
+        tree = ast.parse(f.read())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "debug_info")
+    return sorted(set(re.findall(r"``([a-z_]+)``", ast.get_docstring(fn))))
+
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -135,6 +155,9 @@ class TestTrainingJob(BackendTest):
             n, r = report(nat, rank), report(be, rank)
             self.assertFalse(n["active"])
             self.assertEqual(n["debug_info"]["num_autograd_contexts"], 0)
+            # torch's own figures are torch's, under the backend too.
+            self.assertEqual(n["torch_debug_info"], {"num_autograd_contexts": 0, "num_current_backward_passes": 0})
+            self.assertEqual(r["torch_debug_info"], n["torch_debug_info"])
             self.assertTrue(r["active"], r)
             d = r["debug_info"]
             self.assertEqual(d["num_autograd_contexts"], 0, d)
@@ -213,7 +236,12 @@ class TestGuard(BackendTest):
         self.assertTrue(served["active"])
         self.assertEqual(served["grads"], native["grads"])
         self.assertEqual(served["error"], native["error"])
-        self.assertIn("cleanup_sent", served["keys"])
+        # torch's _get_debug_info is torch's; distautograd's figures are
+        # distautograd.torch.debug_info()'s, which says when it cannot serve.
+        self.assertEqual(served["keys"], native["keys"])
+        self.assertEqual(native["figures"], "NotServing")
+        self.assertEqual(served["figures"], DEBUG_INFO_KEYS)
+        self.assertEqual(documented_keys(), DEBUG_INFO_KEYS)
         self.assertNotIn("distautograd-torch:", err)
 
 
@@ -257,6 +285,22 @@ class TestLauncher(BackendTest):
         self.assertEqual((r.returncode, r.stdout.strip()), (0, "True"), r.stderr)
         r = subprocess.run([PYTHON, "-c", code], env=env(False), capture_output=True, text=True, timeout=TIMEOUT)
         self.assertEqual((r.returncode, r.stdout.strip()), (0, "False"), r.stderr)
+
+    def test_report_shows_the_running_configuration(self) -> None:
+        # python -m distautograd: under the backend, distautograd.torch.debug_info().
+        r = self.launch(PYTHON, "-m", "distautograd")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertIn("torch backend: active", lines)
+        head = "debug info (distautograd.torch.debug_info(), this process, after _init(0)):"
+        info = json.loads("\n".join(lines[lines.index(head) + 1:]))
+        self.assertEqual(sorted(info), DEBUG_INFO_KEYS)
+        self.assertEqual(info["torch_native_contexts"], 0)
+        r = subprocess.run([PYTHON, "-m", "distautograd"], env=env(False), capture_output=True, text=True,
+                           timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("torch backend: inactive: the torch backend is not preloaded", r.stdout)
+        self.assertIn("debug info (this process, after _init(0)):", r.stdout)
 
     def test_in_front_of_torchrun(self) -> None:
         # Debian's torchrun for torch 1.13 cannot start on Python 3.11 with

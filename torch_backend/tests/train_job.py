@@ -120,6 +120,26 @@ def train(rank, out_dir):
         torch.save(final, os.path.join(out_dir, "params-%d.pt" % rank))
 
 
+_served = []
+
+
+def figures():
+    """distautograd's figures under the backend (distautograd.torch.debug_info),
+    torch's own natively."""
+    if not _served:
+        try:
+            import distautograd.torch
+
+            _served.append(distautograd.torch.active())
+        except ImportError:
+            _served.append(False)
+    if _served[0]:
+        import distautograd.torch
+
+        return distautograd.torch.debug_info()
+    return dist_autograd._get_debug_info()
+
+
 def wait_until_settled(deadline_s):
     """Waits (a bound, not a sleep) until no context is left and nothing is
     on its way out: the last cleanup RPCs may still be arriving, and a
@@ -130,7 +150,7 @@ def wait_until_settled(deadline_s):
     end = time.monotonic() + deadline_s
     last = None
     while time.monotonic() < end:
-        d = dist_autograd._get_debug_info()
+        d = figures()
         if d == last and d["num_autograd_contexts"] == 0 and d.get("cleanup_pending", 0) == 0:
             return
         last = d
@@ -171,7 +191,7 @@ def killed_job(rank, out_dir):
             assert dist_autograd.get_gradients(cid)[w].tolist() == [3.0, 3.0, 3.0]
     report["passes_after"] = 5
     wait_until_settled(60)
-    report["debug_info"] = dist_autograd._get_debug_info()
+    report["debug_info"] = figures()
     with open(os.path.join(out_dir, "report-%d.json" % rank), "w") as f:
         json.dump(report, f)
     # The peer may still be passing; then leave without waiting for the dead one.
@@ -196,7 +216,8 @@ def main():
     # before reporting, then shut down.
     rpc.api._wait_all_workers(timeout=60)
     wait_until_settled(60)
-    report["debug_info"] = dist_autograd._get_debug_info()
+    report["debug_info"] = figures()
+    report["torch_debug_info"] = dist_autograd._get_debug_info()
     try:
         import distautograd
         import distautograd.torch
