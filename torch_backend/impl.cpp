@@ -110,7 +110,7 @@ std::mutex init_mu;
 // send: on lines of their own, away from what every member reads (instance,
 // real, exiting).
 struct alignas(64) Counts {
-  std::atomic<int64_t> cleanup_handed{0}, cleanup_torch_failed{0}, made{0}, destroyed{0};
+  std::atomic<int64_t> cleanup_handed{0}, cleanup_delivered{0}, cleanup_torch_failed{0}, made{0}, destroyed{0};
 } counts;
 std::atomic<bool> exiting{false};
 // DISTAUTOGRAD_REAP_IDLE_MS, when the reaper runs (start_reaper); else 0.
@@ -238,7 +238,9 @@ int send_cleanup(void*, int32_t worker, int64_t context_id) {
     auto fut = agent->sendWithRetries(agent->getWorkerInfo(static_cast<rpc::worker_id_t>(worker)),
                                       ta::CleanupAutogradContextReq(context_id).toMessage(), options);
     fut->addCallback([worker](rpc::JitFuture& f) {
-      if (f.hasError()) {
+      if (!f.hasError()) {
+        counts.cleanup_delivered.fetch_add(1, std::memory_order_relaxed);
+      } else {
         counts.cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
         fprintf(stderr, "distautograd-torch: Could not release Dist Autograd Context on node %d: %s\n", worker,
                 f.tryRetrieveErrorMessage().c_str());
@@ -553,8 +555,9 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_debug_info(char* 
   // Made and not yet destroyed: those torch still holds (a ContextPtr in
   // its engine, a Python object), or a live context hosts.
   int n = snprintf(buf, capacity,
-                   "{\"torch_cleanup_failed\":%lld,\"torch_cleanup_handed\":%lld,\"torch_contexts_alive\":%lld,"
-                   "\"torch_contexts_made\":%lld,\"torch_native_contexts\":%lld}",
+                   "{\"torch_cleanup_delivered\":%lld,\"torch_cleanup_failed\":%lld,\"torch_cleanup_handed\":%lld,"
+                   "\"torch_contexts_alive\":%lld,\"torch_contexts_made\":%lld,\"torch_native_contexts\":%lld}",
+                   static_cast<long long>(counts.cleanup_delivered.load()),
                    static_cast<long long>(counts.cleanup_torch_failed.load()),
                    static_cast<long long>(counts.cleanup_handed.load()), static_cast<long long>(made - destroyed),
                    static_cast<long long>(made),

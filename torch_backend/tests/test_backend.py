@@ -26,7 +26,7 @@ DEBUG_INFO_KEYS = sorted([
     "num_autograd_contexts", "num_current_backward_passes",
     "cleanup_sent", "cleanup_retried", "cleanup_failed", "cleanup_dropped", "cleanup_skipped", "cleanup_pending",
     "max_contexts", "refused_contexts", "live_handles", "uncounted_handles", "go_heap_bytes",
-    "torch_cleanup_handed", "torch_cleanup_failed", "torch_contexts_made", "torch_contexts_alive",
+    "torch_cleanup_handed", "torch_cleanup_delivered", "torch_cleanup_failed", "torch_contexts_made", "torch_contexts_alive",
     "torch_native_contexts"])
 
 
