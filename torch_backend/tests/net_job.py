@@ -31,7 +31,7 @@ from torch.distributed.optim import DistributedOptimizer
 
 WORLD = 3
 RPC_TIMEOUT_S = 2
-SLOW_BACKWARD_S = 3.0
+SLOW_BACKWARD_S = 1.0
 
 _layers = {}
 

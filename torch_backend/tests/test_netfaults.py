@@ -108,14 +108,17 @@ class Network:
             for j in range(WORLD):
                 if i != j:
                     ip("-n", self.ns[i], "addr", "add", self.addr(i) + "/32", "dev", self.link(i, j))
-                    ip("-n", self.ns[i], "link", "set", self.link(i, j), "up")
-                    ip("-n", self.ns[i], "route", "add", self.addr(j) + "/32", "dev", self.link(i, j), "src",
-                       self.addr(i))
+            self.set_host_links(i, "up")
 
     def set_host_links(self, i: int, state: str) -> None:
+        """Host i's links down or up; up, its routes again (a link set down
+        loses the routes through it)."""
         for j in range(WORLD):
             if i != j:
                 ip("-n", self.ns[i], "link", "set", self.link(i, j), state)
+                if state == "up":
+                    ip("-n", self.ns[i], "route", "replace", self.addr(j) + "/32", "dev", self.link(i, j), "src",
+                       self.addr(i))
 
     def down(self) -> None:
         # Deleting a namespace deletes the links in it (and their peers).
