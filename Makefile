@@ -241,7 +241,7 @@ $(TORCH_SHIM): torch_backend/shim.S torch_backend/shim.c torch_backend/symbols.h
 $(TORCH_IMPL): torch_backend/impl.cpp torch_backend/symbols.h torch_backend/impl.map include/distautograd.h $(LIB)
 	$(CXX) -std=c++20 -O2 -fPIC -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude -isystem $(TORCH_INC)/csrc/api/include -shared -o $@ torch_backend/impl.cpp \
 	  -Wl,--version-script=torch_backend/impl.map -Wl,-z,now -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' \
-	  -L$(BUILD) -ldistautograd -l:$(notdir $(TORCH_SO)) -l:libc10.so.1.13
+	  -L$(BUILD) -ldistautograd -l:$(notdir $(TORCH_SO)) -l:libc10.so.1.13 -lglog
 test-torch: all ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, reaper, fork, launcher, faults across network namespaces (needs root)
 	@mkdir -p $(RESULTS)
 	$(PYTHON) scripts/unittest_progress.py --json $(RESULTS)/torch.json -s torch_backend/tests -t .

@@ -1,10 +1,11 @@
 // impl.cpp: torch 1.13's DistAutogradContainer served by distautograd
 // (libdistautograd_torch_impl.so). The shim (shim.c) loads it on the first
 // container call of a process whose libtorch is the one it was built for,
-// and jumps here for every public member of the container. Each function below has the member's ABI: the
-// object (ignored: distautograd's container is process-wide, as torch's
-// singleton is) comes first, after the hidden pointer of a returned
-// shared_ptr.
+// and jumps here for every public member of the container. Each function
+// below has the member's ABI: the object (ignored: distautograd's container
+// is process-wide, as torch's singleton is) comes first, after the hidden
+// pointer of a returned shared_ptr. (DistEngine::getDebugInfo stays
+// libtorch's: it reads the container through these members.)
 //
 // distautograd owns the ids, the map, every thread's current id, message
 // ids, the release fan-out and the counts. libtorch keeps its
@@ -42,6 +43,7 @@
 #include <vector>
 
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
 #include <torch/csrc/distributed/rpc/rpc_command_base.h>
 
@@ -137,6 +139,13 @@ thread_local int64_t told_reaped = DAC_INVALID_ID;
   TORCH_CHECK(false, msg);
   std::abort();
 }
+
+// torch's own log lines (glog), written as torch 1.13's container.cpp
+// writes them, its file and line included: stderr, and whatever filters it
+// (GLOG_minloglevel...), sees what it sees natively.
+constexpr const char* kTorchContainerFile = "./torch/csrc/distributed/autograd/context/container.cpp";
+constexpr int kLineAlreadyInitialized = 52;  // LOG(INFO) in init()
+constexpr int kLineCouldNotRelease = 256;    // LOG(ERROR) in sendReleaseContextRpc's callback
 
 inline void check(int rc) {
   if (__builtin_expect(rc != DAC_OK, 0))
@@ -242,8 +251,8 @@ int send_cleanup(void*, int32_t worker, int64_t context_id) {
         counts.cleanup_delivered.fetch_add(1, std::memory_order_relaxed);
       } else {
         counts.cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
-        fprintf(stderr, "distautograd-torch: Could not release Dist Autograd Context on node %d: %s\n", worker,
-                f.tryRetrieveErrorMessage().c_str());
+        google::LogMessage(kTorchContainerFile, kLineCouldNotRelease, google::GLOG_ERROR).stream()
+            << "Could not release Dist Autograd Context on node " << worker << ": " << f.tryRetrieveErrorMessage();
       }
     });
     counts.cleanup_handed.fetch_add(1, std::memory_order_relaxed);
@@ -301,7 +310,12 @@ void ensure_torch_container(int64_t worker) {
 // ---- The members ----------------------------------------------------------
 
 void* m_init(int64_t worker_id) {
+  int32_t w = 0;
+  const bool again = dac_worker_id(&w) == DAC_OK;  // two first inits racing: neither logs
   check(dac_init(worker_id));
+  if (again)
+    google::LogMessage(kTorchContainerFile, kLineAlreadyInitialized).stream()
+        << "DistAutogradContainer is already initialized";
   ensure_torch_container(worker_id);
   return instance.load(std::memory_order_acquire);
 }
