@@ -15,7 +15,8 @@ within the reaping window (the backend; natively the killed pass's stay),
 every cleanup message the backend handed to torch's agent is accounted for
 (handed = delivered + failed + still being retried, the last only towards
 the dead host), no process crashed or hung, and every live host completes
-new passes. The output shows the two runs side by side."""
+new passes. The two runs go at once, each in namespaces of its own, and
+the output shows them side by side."""
 from __future__ import annotations
 
 import json
@@ -63,14 +64,14 @@ def netns_problem() -> str:
 
 def remove_stale() -> None:
     """Removes namespaces a run of this test left when it was killed (its
-    process is gone): named dat<pid in hex>-<host>."""
+    process is gone): named dat<pid in hex><job>-<host>."""
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
     for line in r.stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         head, _, host = name.rpartition("-")
         if head.startswith("dat") and host.isdigit():
             try:
-                pid = int(head[3:], 16)
+                pid = int(head[3:-1], 16)
             except ValueError:
                 continue
             if not os.path.exists("/proc/%d" % pid):
@@ -82,8 +83,8 @@ class Network:
     10.31.0.(i+1)/32 on each of its links, with a route to each peer over
     the link to it: a partition is a host's links set down."""
 
-    def __init__(self) -> None:
-        tag = "%x" % os.getpid()
+    def __init__(self, job: str) -> None:
+        tag = "%x%s" % (os.getpid(), job)  # job: one letter
         self.ns = ["dat%s-%d" % (tag, i) for i in range(WORLD)]
         self.tag = tag
         self.made = []
@@ -127,6 +128,10 @@ class Network:
         self.made = []
 
 
+#: Every Host started, for the SIGTERM handler.
+_started: list = []
+
+
 class Host:
     """One net_job.py worker in its namespace, driven through stdin."""
 
@@ -144,6 +149,7 @@ class Host:
             ["ip", "netns", "exec", net.ns[rank], PYTHON, os.path.join(HERE, "net_job.py"), str(rank),
              net.addr(0), port, out],
             env=env(backend, **extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        _started.append(self)
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -195,7 +201,7 @@ def free_port_in(ns: str) -> str:
 def run_job(out: str, backend: bool) -> list:
     """The job with its three faults; returns a record per fault."""
     os.makedirs(out, exist_ok=True)
-    net = Network()
+    net = Network("b" if backend else "n")
     hosts: list = []
     records = []
     try:
@@ -230,7 +236,7 @@ def run_job(out: str, backend: bool) -> list:
                 # Meanwhile the survivors try the victim (and fail: timeout) and train with each other.
                 end = time.monotonic() + FAULT_S
                 rec["to_victim"] = [s.ask("passes 1 " + victim.name) for s in survivors]
-                rec["between_survivors"] = [s.ask("passes 2 " + " ".join(p.name for p in survivors if p is not s))
+                rec["between_survivors"] = [train_until_ok(s, [p for p in survivors if p is not s])
                                             for s in survivors]
                 time.sleep(max(0.0, end - time.monotonic()))
                 if fault == "stop":
@@ -239,7 +245,13 @@ def run_job(out: str, backend: bool) -> list:
                     net.set_host_links(VICTIM, "up")
                 rec["slow_pass"] = victim.ask("slow_result")
             # The survivors are quiet now: what do they hold, and for how long?
-            rec["survivors"] = [settle(s, backend, fault != "kill") for s in survivors]
+            if backend:
+                rec["survivors"] = [settle(s, fault != "kill") for s in survivors]
+            else:
+                # Natively nothing reaps: the survivors are looked at once, NATIVE_LOOK_S later.
+                time.sleep(NATIVE_LOOK_S)
+                rec["survivors"] = [{"contexts": s.ask("info")["num_autograd_contexts"], "after_s": NATIVE_LOOK_S}
+                                    for s in survivors]
             # Every host still alive completes new passes with every other
             # (after a partition, TCP may take a few seconds to resend).
             rec["after"] = [train_until_ok(h, [p for p in live if p is not h]) for h in live]
@@ -272,16 +284,12 @@ def train_until_ok(h: Host, peers: list, tries: int = 10) -> dict:
     return {"ok": False, "rounds": tries, "errors": errors[:3]}
 
 
-def settle(h: Host, backend: bool, all_alive: bool) -> dict:
-    """A survivor's figures once quiet. Under the backend: polled until no
+def settle(h: Host, all_alive: bool) -> dict:
+    """A survivor's figures under the backend once quiet: polled until no
     context is left and no cleanup message is pending in the library (nor,
     with every host alive, in torch's agent), and the figures read the same
-    twice in a row (a bound, not a sleep). Natively nothing reaps: looked at
-    once, NATIVE_LOOK_S later."""
+    twice in a row (a bound, not a sleep)."""
     start = time.monotonic()
-    if not backend:
-        time.sleep(NATIVE_LOOK_S)
-        return {"contexts": h.ask("info")["num_autograd_contexts"], "after_s": round(time.monotonic() - start, 1)}
     last = None
     while True:
         d = h.ask("info")
@@ -310,18 +318,33 @@ class TestNetworkFaults(BackendTest):
             self.skipTest(problem)
 
     def test_faults_across_namespaces(self) -> None:
-        # A SIGTERM (a timeout's kill) unwinds, so that the namespaces go.
+        # A SIGTERM (a timeout's kill) ends the hosts: each job then fails
+        # at its next answer and removes its namespaces on the way out.
         def unwind(signum, frame):
+            for h in list(_started):
+                if h.proc.poll() is None:
+                    h.proc.kill()
             raise SystemExit("SIGTERM")
 
         self.addCleanup(signal.signal, signal.SIGTERM, signal.signal(signal.SIGTERM, unwind))
-        runs = {}
-        for backend in (True, False):
+        # The two jobs at once, each in namespaces of its own: most of
+        # their time is waiting (faults, timeouts, the reaping window).
+        runs, failures = {}, []
+
+        def job(backend: bool) -> None:
             out = os.path.join(self.tmp, "backend" if backend else "native")
             try:
                 runs[backend] = run_job(out, backend)
-            except AssertionError as e:
-                raise AssertionError("%s (backend=%s); logs:\n%s" % (e, backend, logs(out))) from None
+            except BaseException as e:  # noqa: BLE001 - raised below, with the logs
+                failures.append("%s (backend=%s); logs:\n%s" % (e, backend, logs(out)))
+
+        jobs = [threading.Thread(target=job, args=(backend,)) for backend in (True, False)]
+        for t in jobs:
+            t.start()
+        for t in jobs:
+            t.join()
+        if failures:
+            raise AssertionError("\n".join(failures))
         self.show(runs)
         for rec in runs[True]:
             fault = rec["fault"]
@@ -345,7 +368,7 @@ class TestNetworkFaults(BackendTest):
                     for got in rec["to_victim"]:
                         self.assertEqual(got["ok"], 0, got)
                     for got in rec["between_survivors"]:
-                        self.assertEqual(got, {"ok": 2, "errors": []}, rec)
+                        self.assertTrue(got["ok"], rec)
         # Natively the killed pass's contexts stay on the survivors for good.
         native_kill = [r for r in runs[False] if r["fault"] == "kill"][0]
         for s in native_kill["survivors"]:
