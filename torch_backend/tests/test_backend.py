@@ -199,15 +199,17 @@ class TestReapedPass(BackendTest):
     for this thread."."""
 
     def test_thread_starts_new_passes(self) -> None:
-        native, _ = probe("reaped", False, DISTAUTOGRAD_REAP_IDLE_MS="200")
+        # Passes of one worker alone: nothing but the probe's pause leaves a
+        # context idle for long.
+        native, _ = probe("reaped", False, DISTAUTOGRAD_REAP_IDLE_MS="1000")
         self.assertFalse(native["active"])
         self.assertEqual(native["first"], {"grads": [2.0] * 3})
-        got, _ = probe("reaped", True, DISTAUTOGRAD_REAP_IDLE_MS="200")
+        got, _ = probe("reaped", True, DISTAUTOGRAD_REAP_IDLE_MS="1000")
         self.assertTrue(got["active"])
         err = got["first"].get("error", "")
         self.assertRegex(err, r"^Could not find autograd context with id: \d+ \(distautograd: it was reaped by "
-                         r"dac_reap_idle_contexts, unused for 200 ms or more\); the torch backend's reaper", got)
-        self.assertIn("DISTAUTOGRAD_REAP_IDLE_MS=200", err)
+                         r"dac_reap_idle_contexts, unused for 1000 ms or more\); the torch backend's reaper", got)
+        self.assertIn("DISTAUTOGRAD_REAP_IDLE_MS=1000", err)
         self.assertFalse(got["first"]["chained"], "the end of the pass raised a second error")
         for k in ("after", "other", "contexts"):
             self.assertEqual(got[k], native[k], k)
