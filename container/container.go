@@ -284,7 +284,7 @@ func (c *Container) NewContextHandle(t *Thread) (uint64, error) {
 
 func (c *Container) newContext(t *Thread, ref bool) (*Context, uint64, error) {
 	if t.current != InvalidID {
-		if _, reaped := c.reaped(t.current); !reaped {
+		if !c.reapedAndGone(t.current) {
 			return nil, 0, errAlreadyHasCtx
 		}
 	}

@@ -132,8 +132,8 @@ type fuzzModel struct {
 	current          []int64
 	maxLive, refused int64
 	notified         []string // "id:workers", in order (sorted within one bulk release)
-	// reaped: the ids the container's clean-up released and not stored
-	// since, with the reason its messages add (container/reaped.go).
+	// reaped: the ids the container's clean-up released (stored again
+	// since or not), with the reason its messages add (container/reaped.go).
 	reaped map[int64]string
 }
 
@@ -202,7 +202,6 @@ func (m *fuzzModel) full() bool { return m.maxLive > 0 && int64(len(m.stored)) >
 func (m *fuzzModel) create(id int64) *modelContext {
 	mc := &modelContext{id: id}
 	m.stored[id] = mc
-	delete(m.reaped, id)
 	return mc
 }
 
@@ -225,7 +224,7 @@ func (m *fuzzModel) release(t int, id int64) bool {
 }
 
 func (m *fuzzModel) newContext(t int) outcome {
-	if _, reaped := m.reaped[m.current[t]]; m.current[t] != container.InvalidID && !reaped {
+	if _, reaped := m.reaped[m.current[t]]; m.current[t] != container.InvalidID && (!reaped || m.stored[m.current[t]] != nil) {
 		return failed(container.ErrAlreadyHasContext, container.MsgAlreadyHasCtx)
 	}
 	if m.full() {

@@ -11,12 +11,14 @@ import "fmt"
 // an autograd context id for this thread.") for every other release.
 //
 // Each shard keeps the ids of its own contexts, under its lock: a reap
-// holds that lock already, creation reads one pointer of the shard's line
-// (nil until the shard's first reap) to forget an id created again, and
-// only a call that fails or a thread whose current id is set pays a lookup.
-// The most recent reapedPerShard(shards) of each shard are kept: a thread
-// whose current context was reaped long ago, after that many others of its
-// shard, gets the native answers.
+// holds that lock already, and only a call that fails pays a lookup (a
+// creation on a thread whose current id is set fails natively). Nothing
+// that succeeds reads the record. An id stays reaped if a late message of
+// its pass stores it again: while stored it is found as any other, and
+// its thread cannot start a new pass over it; once released again, by any
+// means, it counts as reaped again. The most recent reapedPerShard(shards)
+// of each shard are kept: a thread whose current context was reaped long
+// ago, after that many others of its shard, gets the native answers.
 
 // reapedKept is how many reaped ids the container keeps in all, spread over
 // its shards; each keeps at least reapedMinPerShard.
@@ -70,13 +72,27 @@ func (r *reapedIDs) add(id int64, why reapReason, keep int) {
 	r.seq++
 }
 
-// reaped returns why the context of id was reaped, if it was and has not
-// been created again since.
+// reaped returns why the context of id was reaped, if it was (whether or
+// not something stored it again since: callers know it is not stored).
 func (c *Container) reaped(id int64) (reapReason, bool) {
 	s := c.shard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reapedLocked(id)
+}
+
+// reapedAndGone reports whether id was reaped and is not stored now: a
+// thread whose current id it is may start a new pass.
+func (c *Container) reapedAndGone(id int64) bool {
+	s := c.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, reaped := s.reapedLocked(id)
+	if reaped {
+		r, _ := c.find(s, id)
+		return r == nil
+	}
+	return false
 }
 
 func (s *indexShard) reapedLocked(id int64) (reapReason, bool) {

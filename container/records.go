@@ -350,9 +350,6 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 			return nil, 0, err
 		}
 	}
-	if s.reapedIDs != nil {
-		delete(s.reapedIDs.ids, id) // stored again: no longer a reaped id
-	}
 	r := c.recs.at(idx)
 	gen := stateGen(r.State.Load()) // dead: the generation its next life takes
 	storeI64(&r.ID, id)

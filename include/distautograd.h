@@ -249,9 +249,11 @@ int dac_release_contexts_of_worker(int32_t worker_id, int64_t *released);
 ** the id that fails (retrieve, is-valid, current, release) says why, after
 ** the native message: "Could not find autograd context with id: 12345
 ** (distautograd: it was reaped by dac_reap_idle_contexts, unused for 200 ms
-** or more)". A release by any other means keeps the native stale id. The
+** or more)". A release by any other means keeps the native stale id. A
+** reaped id that a late message of its pass stores again is a context as
+** any other while stored, and counts as reaped again once it is gone. The
 ** container remembers the last 65536 reaped ids or so (each of its shards
-** its last 65536/shards, at least 256), and forgets one stored again. */
+** its last 65536/shards, at least 256). */
 int dac_reap_idle_contexts(int64_t max_idle_ms, int64_t *released);
 
 /* ---- The calling thread's current context id ---------------------------- */
