@@ -327,7 +327,7 @@ $(TORCH_IMPL): torch_backend/impl.cpp torch_backend/symbols.h torch_backend/impl
 	$(CXX) -std=c++20 -O2 -fPIC -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude -isystem $(TORCH_INC)/csrc/api/include -shared -o $@ torch_backend/impl.cpp \
 	  -Wl,--version-script=torch_backend/impl.map -Wl,-z,now -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' \
 	  -L$(BUILD) -ldistautograd -l:$(notdir $(TORCH_SO)) -l:libc10.so.1.13 -lglog
-test-torch: all ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, fork, launcher
+test-torch: all ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, reaper, fork, launcher, faults across network namespaces (needs root)
 	@mkdir -p $(RESULTS)
 	$(PYTHON) scripts/unittest_progress.py --each-test --json $(RESULTS)/torch.json -s torch_backend/tests -t .
 bench-torch: all ## torch's distributed autograd natively and under the backend, alternating processes; adds level "torch" rows to build/bench.json (run after make bench)

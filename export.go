@@ -259,7 +259,7 @@ func dacgo_context_retrieve(id C.int64_t, ifPresent C.int, out *C.uint64_t, e *C
 		return fail(e, err)
 	}
 	if h == 0 && ifPresent == 0 {
-		return fail(e, container.NotFoundError(int64(id)))
+		return fail(e, c.NotFoundError(int64(id)))
 	}
 	*out = C.uint64_t(h)
 	return 0
@@ -315,7 +315,7 @@ func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, wo
 	ok, d := c.ReleaseContextWithWorkersDeferred(thread(current), int64(id), also)
 	takeDrop(drop, d)
 	if !ok && ifPresent == 0 {
-		return fail(e, container.NotFoundError(int64(id)))
+		return fail(e, c.NotFoundError(int64(id)))
 	}
 	if released != nil {
 		*released = 0

@@ -167,7 +167,7 @@ func TestOpsReapIdle(t *testing.T) {
 		-- 400 ms later, one used again: the other is idle for 200 ms
 		dac_reap_idle_contexts(200, &n) -> DAC_OK
 		n = 1
-		dac_context_is_valid(idle_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131968
+		dac_context_is_valid(idle_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131968 (distautograd: it was reaped by dac_reap_idle_contexts, unused for 200 ms or more)
 		dac_context_is_valid(used_id) -> DAC_OK
 		-- the handle of a reaped context still reads
 		dac_context_id(idle, &n) -> DAC_OK
@@ -177,6 +177,57 @@ func TestOpsReapIdle(t *testing.T) {
 		num_contexts = 0
 		dac_reap_idle_contexts(-1, &n) -> DAC_ERR_INVALID_ARGUMENT: distautograd: max_idle_ms must be >= 0, got -1
 	`, run(t, buildC(t, "c/ops.c"), "reap"))
+}
+
+// A C thread whose current context dac_release_contexts_of_worker or
+// dac_reap_idle_contexts released is not stuck: its lookups say why the
+// context is gone, it can create a new one, and a thread that releases the
+// reaped id (a pass's end) has its current id reset. A release by another
+// thread keeps the native stale id. Before the fix: "Already have an
+// autograd context id for this thread." for good.
+func TestOpsReapedCurrentContext(t *testing.T) {
+	t.Parallel()
+	assertTranscript(t, `
+		-- worker 3, this one, presumed dead
+		dac_release_contexts_of_worker(3, &n) -> DAC_OK
+		n = 1
+		current_context_id = 844424930131968, has_valid_context = 1
+		dac_context_current(&ctx) -> DAC_ERR_NOT_FOUND: Couldn't find autograd context data for current autograd context id (context 844424930131968: distautograd: it was released by dac_release_contexts_of_worker(3), which clears what a dead worker left)
+		dac_context_retrieve(pass_id, &ctx) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131968 (distautograd: it was released by dac_release_contexts_of_worker(3), which clears what a dead worker left)
+		dac_context_is_valid(pass_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131968 (distautograd: it was released by dac_release_contexts_of_worker(3), which clears what a dead worker left)
+		-- a new pass on this thread
+		dac_context_new(&ctx) -> DAC_OK
+		current_context_id = 844424930131969, has_valid_context = 1
+		-- second thread: ending the reaped pass resets its current id
+		dac_context_release(pass_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131968 (distautograd: it was released by dac_release_contexts_of_worker(3), which clears what a dead worker left)
+		current_context_id = -1, has_valid_context = 0
+		dac_context_new_id(&ctx, &id) -> DAC_OK
+		current_context_id = -1, has_valid_context = 0
+		dac_context_release(pass_id + 1) -> DAC_OK
+		current_context_id = -1, has_valid_context = 0
+		num_contexts = 0
+		-- the reaper
+		dac_reap_idle_contexts(0, &n) -> DAC_OK
+		n = 1
+		current_context_id = 844424930131971, has_valid_context = 1
+		dac_context_current(&ctx) -> DAC_ERR_NOT_FOUND: Couldn't find autograd context data for current autograd context id (context 844424930131971: distautograd: it was reaped by dac_reap_idle_contexts, unused for 0 ms or more)
+		dac_context_retrieve(pass_id, &ctx) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131971 (distautograd: it was reaped by dac_reap_idle_contexts, unused for 0 ms or more)
+		dac_context_is_valid(pass_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131971 (distautograd: it was reaped by dac_reap_idle_contexts, unused for 0 ms or more)
+		-- a new pass on this thread
+		dac_context_new(&ctx) -> DAC_OK
+		current_context_id = 844424930131972, has_valid_context = 1
+		-- second thread: ending the reaped pass resets its current id
+		dac_context_release(pass_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131971 (distautograd: it was reaped by dac_reap_idle_contexts, unused for 0 ms or more)
+		current_context_id = -1, has_valid_context = 0
+		dac_context_new_id(&ctx, &id) -> DAC_OK
+		current_context_id = -1, has_valid_context = 0
+		dac_context_release(pass_id + 1) -> DAC_OK
+		current_context_id = -1, has_valid_context = 0
+		num_contexts = 0
+		-- released by another thread: the native stale id
+		dac_context_new(&ctx) -> DAC_ERR_ALREADY_HAS_CONTEXT: Already have an autograd context id for this thread.
+		dac_context_is_valid(pass_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131974
+	`, run(t, buildC(t, "c/ops.c"), "reaped"))
 }
 
 // dac_set_max_contexts: past the cap, new contexts are refused, counted, and take no id.

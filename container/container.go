@@ -265,7 +265,8 @@ func (c *Container) unstore(n int) {
 }
 
 // NewContext creates a context with the next context id and makes it t's
-// current context. It fails if t already has a current id, past max_id, or
+// current context. It fails if t already has a current id (unless the
+// container's clean-up reaped that context: reaped.go), past max_id, or
 // past the cap; a failure changes nothing (the native component sets the
 // current id before its overflow assert, and then aborts).
 func (c *Container) NewContext(t *Thread) (*Context, error) {
@@ -282,7 +283,9 @@ func (c *Container) NewContextHandle(t *Thread) (uint64, error) {
 
 func (c *Container) newContext(t *Thread, ref bool) (*Context, uint64, error) {
 	if t.current != InvalidID {
-		return nil, 0, errAlreadyHasCtx
+		if !c.reapedAndGone(t.current) {
+			return nil, 0, errAlreadyHasCtx
+		}
 	}
 	res, err := c.reserve()
 	if err != nil {
@@ -387,7 +390,7 @@ func (c *Container) RetrieveContext(id int64) (*Context, error) {
 	if ctx := c.RetrieveContextIfPresent(id); ctx != nil {
 		return ctx, nil
 	}
-	return nil, errNotFound(id)
+	return nil, c.notFound(id)
 }
 
 // RetrieveContextHandle returns a handle, holding one reference, to the
@@ -407,7 +410,7 @@ func (c *Container) IsValidContext(id int64) error {
 	r, _ := c.find(s, id)
 	s.mu.Unlock()
 	if r == nil {
-		return errNotFound(id)
+		return c.notFound(id)
 	}
 	return nil
 }
@@ -421,7 +424,7 @@ func (c *Container) CurrentContext(t *Thread) (*Context, error) {
 	if ctx := c.RetrieveContextIfPresent(t.current); ctx != nil {
 		return ctx, nil
 	}
-	return nil, errCurrentGone
+	return nil, c.currentGone(t.current)
 }
 
 // CurrentContextHandle is CurrentContext for the C ABI, with a handle.
@@ -431,17 +434,19 @@ func (c *Container) CurrentContextHandle(t *Thread) (uint64, error) {
 	}
 	h, err := c.RetrieveContextHandle(t.current)
 	if err == nil && h == 0 {
-		err = errCurrentGone
+		err = c.currentGone(t.current)
 	}
 	return h, err
 }
 
 // ReleaseContext removes the context stored under id (ErrNotFound if none),
 // resets t's current id if it is id (t may be nil: no thread), and tells the
-// Fanout about its known workers. Other threads keep their stale ids.
+// Fanout about its known workers. Other threads keep their stale ids. A
+// context the container's clean-up reaped (reaped.go) is not found, and
+// t's current id is reset if it is id: the thread is done with that pass.
 func (c *Container) ReleaseContext(t *Thread, id int64) error {
 	if !c.ReleaseContextIfPresent(t, id) {
-		return errNotFound(id)
+		return c.notFound(id)
 	}
 	return nil
 }
@@ -482,8 +487,15 @@ func (c *Container) ReleaseContextWithWorkersDeferred(t *Thread, id int64, worke
 			ctx = c.contextOf(r, idx)
 		}
 	}
+	reapedCurrent := false
+	if r == nil && t != nil && t.current == id {
+		_, reapedCurrent = s.reapedLocked(id)
+	}
 	s.mu.Unlock()
 	if r == nil {
+		if reapedCurrent {
+			t.current = InvalidID
+		}
 		return false, PendingDrop{}
 	}
 	if t != nil && t.current == id {
@@ -521,8 +533,9 @@ func (c *Container) notify(id int64, ctx *Context, extra []uint16) {
 }
 
 // releaseWhere releases every context for which match returns true, fanning
-// out as a release does, and returns how many it released.
-func (c *Container) releaseWhere(match func(*Record) bool) int {
+// out as a release does, records their ids as reaped for why (reaped.go),
+// and returns how many it released.
+func (c *Container) releaseWhere(why reapReason, match func(*Record) bool) int {
 	type released1 struct {
 		id  int64
 		ctx *Context // nil: it had none, so no known workers either
@@ -536,9 +549,14 @@ func (c *Container) releaseWhere(match func(*Record) bool) int {
 		s.mu.Lock()
 		c.each(s, func(r *Record, idx uint32) {
 			if match(r) {
-				batch = append(batch, released1{r.ID.Load(), c.recs.ctxSlot(idx).Load()})
+				id := r.ID.Load()
+				batch = append(batch, released1{id, c.recs.ctxSlot(idx).Load()})
 				d, _ := c.unlist(s, r, idx)
 				dead = append(dead, d)
+				if s.reapedIDs == nil {
+					s.reapedIDs = &reapedIDs{}
+				}
+				s.reapedIDs.add(id, why, reapedPerShard(c.shardBits))
 			}
 		})
 		c.unstore(len(batch))
@@ -558,7 +576,7 @@ func (c *Container) releaseWhere(match func(*Record) bool) int {
 // (context_id >> 48): what a worker that died mid-pass left behind here,
 // which no cleanup message will ever reach. It returns how many it released.
 func (c *Container) ReleaseContextsOfWorker(originWorker uint16) int {
-	return c.releaseWhere(func(r *Record) bool { return OriginWorker(r.ID.Load()) == originWorker })
+	return c.releaseWhere(reasonOfWorker(originWorker), func(r *Record) bool { return OriginWorker(r.ID.Load()) == originWorker })
 }
 
 // ReapIdleContexts releases every context not used (created, retrieved,
@@ -569,7 +587,7 @@ func (c *Container) ReapIdleContexts(idleMs int64) (int, error) {
 		return 0, Errorf(ErrInvalidArgument, "max_idle_ms must be >= 0, got %d", idleMs)
 	}
 	now := coarseNow()
-	return c.releaseWhere(func(r *Record) bool { return now-r.LastUsed.Load() >= idleMs }), nil
+	return c.releaseWhere(reapReason(idleMs), func(r *Record) bool { return now-r.LastUsed.Load() >= idleMs }), nil
 }
 
 // NewAutogradMessageID returns the next autograd message id, or ErrExhausted.

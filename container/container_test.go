@@ -245,7 +245,8 @@ func TestReapIdleContexts(t *testing.T) {
 	n, err = c.ReapIdleContexts(200)
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
-	assertErr(t, c.IsValidContext(idle.ID()), container.ErrNotFound, "Could not find autograd context with id: "+itoa(idle.ID()))
+	assertErr(t, c.IsValidContext(idle.ID()), container.ErrNotFound, "Could not find autograd context with id: "+itoa(idle.ID())+
+		" (distautograd: it was reaped by dac_reap_idle_contexts, unused for 200 ms or more)")
 	assert.NoError(t, c.IsValidContext(used.ID()))
 	assert.Equal(t, int64(1), c.NumContexts())
 

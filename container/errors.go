@@ -61,9 +61,6 @@ func errNotFound(id int64) error {
 	return &Error{ErrNotFound, fmt.Sprintf("Could not find autograd context with id: %d", id)}
 }
 
-// NotFoundError is the native "Could not find autograd context with id".
-func NotFoundError(id int64) error { return errNotFound(id) }
-
 func errAlreadyInit(have int16, want int64) error {
 	return &Error{ErrAlreadyInitialized, fmt.Sprintf(
 		"Container is already initialized with worker_id: %d, cannot initialize with different worker_id: %d", have, want)}

@@ -132,6 +132,9 @@ type fuzzModel struct {
 	current          []int64
 	maxLive, refused int64
 	notified         []string // "id:workers", in order (sorted within one bulk release)
+	// reaped: the ids the container's clean-up released (stored again
+	// since or not), with the reason its messages add (container/reaped.go).
+	reaped map[int64]string
 }
 
 type modelContext struct {
@@ -148,6 +151,7 @@ func newFuzzModel(in fuzzInput) *fuzzModel {
 		nextCtx: container.FirstID(in.worker) + in.ctxOffset,
 		nextMsg: container.FirstID(in.worker) + in.msgOffset,
 		stored:  map[int64]*modelContext{},
+		reaped:  map[int64]string{},
 		current: slices.Repeat([]int64{container.InvalidID}, in.threads),
 	}
 	return m
@@ -156,6 +160,21 @@ func newFuzzModel(in fuzzInput) *fuzzModel {
 // The messages, as errors.go and the native component spell them.
 func msgNotFound(id int64) string {
 	return fmt.Sprintf("Could not find autograd context with id: %d", id)
+}
+
+// notFound is a lookup's miss, saying why when the clean-up released id.
+func (m *fuzzModel) notFound(id int64) string {
+	if why, ok := m.reaped[id]; ok {
+		return msgNotFound(id) + " (" + why + ")"
+	}
+	return msgNotFound(id)
+}
+
+func (m *fuzzModel) currentGone(id int64) string {
+	if why, ok := m.reaped[id]; ok {
+		return fmt.Sprintf("%s (context %d: %s)", container.MsgCurrentGone, id, why)
+	}
+	return container.MsgCurrentGone
 }
 
 func (m *fuzzModel) msgExhausted(kind string) string {
@@ -189,6 +208,9 @@ func (m *fuzzModel) create(id int64) *modelContext {
 func (m *fuzzModel) release(t int, id int64) bool {
 	mc, found := m.stored[id]
 	if !found {
+		if _, reaped := m.reaped[id]; reaped && t >= 0 && m.current[t] == id {
+			m.current[t] = container.InvalidID // the thread is done with the reaped pass
+		}
 		return false
 	}
 	delete(m.stored, id)
@@ -202,7 +224,7 @@ func (m *fuzzModel) release(t int, id int64) bool {
 }
 
 func (m *fuzzModel) newContext(t int) outcome {
-	if m.current[t] != container.InvalidID {
+	if _, reaped := m.reaped[m.current[t]]; m.current[t] != container.InvalidID && (!reaped || m.stored[m.current[t]] != nil) {
 		return failed(container.ErrAlreadyHasContext, container.MsgAlreadyHasCtx)
 	}
 	if m.full() {
@@ -324,7 +346,7 @@ func (r *fuzzRun) step(t *testing.T, i int, op fuzzOp) {
 		case cur == container.InvalidID:
 			want = failed(container.ErrNoCurrentContext, container.MsgNoCurrentContext)
 		case m.stored[cur] == nil:
-			want = failed(container.ErrNotFound, container.MsgCurrentGone)
+			want = failed(container.ErrNotFound, m.currentGone(cur))
 		default:
 			want = outcome{val: fmt.Sprint(cur), ctx: m.stored[cur]}
 		}
@@ -340,7 +362,7 @@ func (r *fuzzRun) step(t *testing.T, i int, op fuzzOp) {
 		case mc != nil:
 			want = outcome{val: fmt.Sprint(id), ctx: mc}
 		case op.kind == opRetrieve:
-			want = failed(container.ErrNotFound, msgNotFound(id))
+			want = failed(container.ErrNotFound, m.notFound(id))
 		default:
 			want = ok("nil")
 		}
@@ -352,14 +374,14 @@ func (r *fuzzRun) step(t *testing.T, i int, op fuzzOp) {
 			got = outcomeOf(err)
 		}
 		if m.stored[id] == nil {
-			want = failed(container.ErrNotFound, msgNotFound(id))
+			want = failed(container.ErrNotFound, m.notFound(id))
 		}
 	case opRelease:
 		if err := r.c.ReleaseContext(th, id); err != nil {
 			got = outcomeOf(err)
 		}
-		if !m.release(ti, id) {
-			want = failed(container.ErrNotFound, msgNotFound(id))
+		if msg := m.notFound(id); !m.release(ti, id) {
+			want = failed(container.ErrNotFound, msg)
 		}
 	case opReleaseIfPresent:
 		got = ok(fmt.Sprint(r.c.ReleaseContextIfPresent(th, id)))
@@ -435,6 +457,7 @@ func (r *fuzzRun) step(t *testing.T, i int, op fuzzOp) {
 		before := len(m.notified)
 		for _, sid := range ids {
 			m.release(-1, sid)
+			m.reaped[sid] = fmt.Sprintf("distautograd: it was released by dac_release_contexts_of_worker(%d), which clears what a dead worker left", w)
 		}
 		want = ok(fmt.Sprint(len(ids)))
 		if before < len(r.notified) {

@@ -339,6 +339,9 @@ type shardState struct {
 	count   int    // records linked in
 	slot    int    // its place in View.Buckets
 	free    uint32 // index+1 of the top of this shard's free records
+	// reapedIDs: ids of this shard the container's clean-up released
+	// (reaped.go); nil until its first.
+	reapedIDs *reapedIDs
 }
 
 func newBucketArray(m *mappings, n int) (*Buckets, error) {

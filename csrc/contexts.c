@@ -129,12 +129,14 @@ int dac_context_get_or_create(int64_t context_id, dac_context **out) {
 
 /* Nothing stored under the id (a cleanup message for a context gone
 ** already: the usual case, as every worker of a pass tells every other) is
-** settled here: nothing to release, no need to enter Go. */
+** settled here: nothing to release, no need to enter Go. Unless it is the
+** thread's current id: Go resets that if the container's clean-up reaped
+** it (container/reaped.go). */
 static inline __attribute__((always_inline)) int absent(int64_t context_id) {
 	dacc_view *v = view();
 	uint32_t index;
 	int settled = 0;
-	return v != NULL && lookup(v, context_id, &index, &settled) == NULL && settled;
+	return v != NULL && context_id != tls_current && lookup(v, context_id, &index, &settled) == NULL && settled;
 }
 
 int dac_context_release_if_present(int64_t context_id, int *released) {

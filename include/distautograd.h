@@ -182,8 +182,9 @@ int dac_set_max_contexts(int64_t max_contexts);
 /* Creates a context with the next context id, stores it, makes it the calling
 ** thread's current context and writes a new reference to *out. Fails with
 ** DAC_ERR_ALREADY_HAS_CONTEXT ("Already have an autograd context id for this
-** thread.") if the thread has a current context id, DAC_ERR_EXHAUSTED at
-** max_id, DAC_ERR_LIMIT past dac_set_max_contexts; a failure changes nothing. */
+** thread.") if the thread has a current context id (unless its context was
+** reaped: see dac_reap_idle_contexts), DAC_ERR_EXHAUSTED at max_id,
+** DAC_ERR_LIMIT past dac_set_max_contexts; a failure changes nothing. */
 int dac_context_new(dac_context **out);
 
 /* As dac_context_new, and also writes the new context's id to *context_id:
@@ -243,15 +244,26 @@ int dac_context_release_with_workers(int64_t context_id, const int32_t *worker_i
 /* Releases every context whose id was created by worker_id (context_id >> 48),
 ** fanning out as dac_context_release does, and writes how many to *released
 ** (may be NULL): the way to clear what a worker that died mid-pass left behind
-** here. It changes no thread's current id, the caller's included: a thread
-** whose current context it released holds a stale id, as after a release by
-** another thread. */
+** here. It changes no thread's current id, the caller's included, but the
+** contexts it released count as reaped (see dac_reap_idle_contexts). */
 int dac_release_contexts_of_worker(int32_t worker_id, int64_t *released);
 
 /* Releases every context not created, retrieved or changed during the last
 ** max_idle_ms milliseconds (resolution about 10 ms), fanning out as
 ** dac_context_release does, and writes how many to *released (may be NULL).
-** Like dac_release_contexts_of_worker, it changes no thread's current id. */
+** Like dac_release_contexts_of_worker, it changes no thread's current id,
+** but a thread whose current context was reaped is not stuck with it:
+** dac_context_new makes it a new one; a release of the reaped id (the end
+** of its pass, on a thread whose current id it is) resets that thread's
+** current id, and still fails with DAC_ERR_NOT_FOUND; and every lookup of
+** the id that fails (retrieve, is-valid, current, release) says why, after
+** the native message: "Could not find autograd context with id: 12345
+** (distautograd: it was reaped by dac_reap_idle_contexts, unused for 200 ms
+** or more)". A release by any other means keeps the native stale id. A
+** reaped id that a late message of its pass stores again is a context as
+** any other while stored, and counts as reaped again once it is gone. The
+** container remembers the last 65536 reaped ids or so (each of its shards
+** its last 65536/shards, at least 256). */
 int dac_reap_idle_contexts(int64_t max_idle_ms, int64_t *released);
 
 /* ---- The calling thread's current context id ---------------------------- */

@@ -112,15 +112,31 @@ std::mutex init_mu;
 // send: on lines of their own, away from what every member reads (instance,
 // real, exiting).
 struct alignas(64) Counts {
-  std::atomic<int64_t> cleanup_handed{0}, cleanup_torch_failed{0}, made{0}, destroyed{0};
+  std::atomic<int64_t> cleanup_handed{0}, cleanup_delivered{0}, cleanup_torch_failed{0}, made{0}, destroyed{0};
 } counts;
 std::atomic<bool> exiting{false};
+// DISTAUTOGRAD_REAP_IDLE_MS, when the reaper runs (start_reaper); else 0.
+std::atomic<long long> reap_idle_ms{0};
+// The reaped current id this thread was last told about: the pass that
+// failed gets one error, so the end of its `with` block, which releases
+// the id, is quiet after that (the library resets the thread's current id).
+thread_local int64_t told_reaped = DAC_INVALID_ID;
 
 [[noreturn]] void fail_dac() {
   // The native message where torch raises one (distautograd's are the same
   // text), else distautograd's: as a c10::Error, which Python sees as the
-  // RuntimeError torch raises.
-  TORCH_CHECK(false, dac_last_error());
+  // RuntimeError torch raises. A context the reaper took says so, and
+  // which setting made it (the library names only its own function).
+  const char* msg = dac_last_error();
+  long long ms = reap_idle_ms.load(std::memory_order_relaxed);
+  if (ms > 0 && strstr(msg, "reaped by dac_reap_idle_contexts") != nullptr) {
+    int64_t cur = DAC_INVALID_ID;
+    if (dac_current_context_id(&cur) == DAC_OK)
+      told_reaped = cur;
+    TORCH_CHECK(false, msg, "; the torch backend's reaper releases every context idle that long "
+                "(DISTAUTOGRAD_REAP_IDLE_MS=", ms, "): set it above the longest pause of a pass, or unset it");
+  }
+  TORCH_CHECK(false, msg);
   std::abort();
 }
 
@@ -231,7 +247,9 @@ int send_cleanup(void*, int32_t worker, int64_t context_id) {
     auto fut = agent->sendWithRetries(agent->getWorkerInfo(static_cast<rpc::worker_id_t>(worker)),
                                       ta::CleanupAutogradContextReq(context_id).toMessage(), options);
     fut->addCallback([worker](rpc::JitFuture& f) {
-      if (f.hasError()) {
+      if (!f.hasError()) {
+        counts.cleanup_delivered.fetch_add(1, std::memory_order_relaxed);
+      } else {
         counts.cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
         google::LogMessage(kTorchContainerFile, kLineCouldNotRelease, google::GLOG_ERROR).stream()
             << "Could not release Dist Autograd Context on node " << worker << ": " << f.tryRetrieveErrorMessage();
@@ -258,6 +276,7 @@ void start_reaper() {
     fprintf(stderr, "distautograd-torch: DISTAUTOGRAD_REAP_IDLE_MS=%s is not a positive number of ms; no reaper\n", env);
     return;
   }
+  reap_idle_ms.store(ms, std::memory_order_relaxed);
   std::thread([ms] {
     const auto period = std::chrono::milliseconds(std::max<long long>(20, ms / 4));
     while (!exiting.load(std::memory_order_relaxed)) {
@@ -353,8 +372,16 @@ bool release_with_torch_workers(int64_t id) {
 }
 
 void m_releaseContext(void*, int64_t id) {
-  if (!release_with_torch_workers(id))
-    check(dac_context_release(id));  // gone: torch's "Could not find autograd context with id"
+  if (release_with_torch_workers(id))
+    return;
+  // Gone: torch's "Could not find autograd context with id", unless it is
+  // the reaped pass this thread has been told about already.
+  int rc = dac_context_release(id);
+  if (rc != DAC_OK && id == told_reaped) {
+    told_reaped = DAC_INVALID_ID;
+    return;
+  }
+  check(rc);
 }
 
 void m_releaseContextIfPresent(void*, int64_t id) { release_with_torch_workers(id); }
@@ -542,8 +569,9 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_debug_info(char* 
   // Made and not yet destroyed: those torch still holds (a ContextPtr in
   // its engine, a Python object), or a live context hosts.
   int n = snprintf(buf, capacity,
-                   "{\"torch_cleanup_failed\":%lld,\"torch_cleanup_handed\":%lld,\"torch_contexts_alive\":%lld,"
-                   "\"torch_contexts_made\":%lld,\"torch_native_contexts\":%lld}",
+                   "{\"torch_cleanup_delivered\":%lld,\"torch_cleanup_failed\":%lld,\"torch_cleanup_handed\":%lld,"
+                   "\"torch_contexts_alive\":%lld,\"torch_contexts_made\":%lld,\"torch_native_contexts\":%lld}",
+                   static_cast<long long>(counts.cleanup_delivered.load()),
                    static_cast<long long>(counts.cleanup_torch_failed.load()),
                    static_cast<long long>(counts.cleanup_handed.load()), static_cast<long long>(made - destroyed),
                    static_cast<long long>(made),

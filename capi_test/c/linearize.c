@@ -347,8 +347,14 @@ static void *thread_main(void *arg) {
 	struct worker *w = arg;
 	pthread_barrier_wait(&start);
 	for (long i = 0; i < w->ops; i++) {
-		if (i > 0 && i % EPOCH == 0)
+		if (i > 0 && i % EPOCH == 0) {
+			/* The epoch ends with releases by worker, which count as
+			** reaped: a thread whose current id is one may start a new
+			** pass, which the model does not know. Each thread clears
+			** its current id first (a recorded call). */
+			op_clear(w);
 			next_epoch();
+		}
 		switch (next_rand(w) % 16) {
 		case 0:
 			op_new(w);

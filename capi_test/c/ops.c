@@ -1,6 +1,6 @@
 /* ops: every operation of the container through the C ABI, one scenario per
 ** process, each on worker 3 (first id 844424930131968 = 3 << 48). Usage:
-**   ops SCENARIO     container | current | workers | reap | limit | context |
+**   ops SCENARIO     container | current | workers | reap | reaped | limit | context |
 **                    functions | handles | debug | fanout | library */
 #include "check.h"
 
@@ -217,6 +217,71 @@ static void scenario_reap(void) {
 	SHOW(dac_reap_idle_contexts(-1, &n));
 	MUST(dac_context_unref(idle));
 	MUST(dac_context_unref(used));
+}
+
+/* A second thread on the pass the main thread started (as torch's RPC
+** threads set a pass's id current): it ends the pass, as a `with` block's
+** exit does. */
+static int64_t pass_id;
+
+static void *second_thread(void *arg) {
+	(void)arg;
+	dac_context *ctx = NULL;
+	MUST(dac_force_current_context_id(pass_id));
+	printf("-- second thread: ending the reaped pass resets its current id\n");
+	SHOW(dac_context_release(pass_id));
+	print_current();
+	int64_t id = 0;
+	SHOW(dac_context_new_id(&ctx, &id));
+	MUST(dac_context_unref(ctx));
+	MUST(dac_context_release(id));
+	print_current();
+	return NULL;
+}
+
+static void *release_on_thread(void *arg) {
+	MUST(dac_context_release(*(int64_t *)arg));
+	return NULL;
+}
+
+/* A thread whose current context the clean-up reaped (dac_reap_idle_contexts,
+** dac_release_contexts_of_worker) is told why and can start a new pass. */
+static void scenario_reaped(void) {
+	dac_context *ctx = NULL;
+	int64_t n = -1;
+	pthread_t th;
+	for (int round = 0; round < 2; round++) {
+		MUST(dac_context_new_id(&ctx, &pass_id));
+		MUST(dac_context_unref(ctx));
+		if (round == 0) {
+			printf("-- worker 3, this one, presumed dead\n");
+			SHOW(dac_release_contexts_of_worker(3, &n));
+		} else {
+			printf("-- the reaper\n");
+			SHOW(dac_reap_idle_contexts(0, &n));
+		}
+		PRINT_I64(n);
+		print_current();
+		SHOW(dac_context_current(&ctx));
+		SHOW(dac_context_retrieve(pass_id, &ctx));
+		SHOW(dac_context_is_valid(pass_id));
+		printf("-- a new pass on this thread\n");
+		SHOW(dac_context_new(&ctx));
+		print_current();
+		REQUIRE(pthread_create(&th, NULL, second_thread, NULL) == 0);
+		REQUIRE(pthread_join(th, NULL) == 0);
+		MUST(dac_context_unref(ctx));
+		SHOW(dac_context_release(pass_id + 1));
+		print_current();
+		print_num_contexts();
+	}
+	printf("-- released by another thread: the native stale id\n");
+	MUST(dac_context_new_id(&ctx, &pass_id));
+	MUST(dac_context_unref(ctx));
+	REQUIRE(pthread_create(&th, NULL, release_on_thread, &pass_id) == 0);
+	REQUIRE(pthread_join(th, NULL) == 0);
+	SHOW(dac_context_new(&ctx));
+	SHOW(dac_context_is_valid(pass_id));
 }
 
 static void print_debug_info(void) {
@@ -598,7 +663,7 @@ int main(int argc, char **argv) {
 	    {"container", scenario_container}, {"current", scenario_current}, {"workers", scenario_workers},
 	    {"reap", scenario_reap},           {"limit", scenario_limit},     {"context", scenario_context},
 	    {"functions", scenario_functions}, {"handles", scenario_handles}, {"debug", scenario_debug},
-	    {"fanout", scenario_fanout},
+	    {"fanout", scenario_fanout},       {"reaped", scenario_reaped},
 	};
 	REQUIRE(argc == 2);
 	if (strcmp(argv[1], "library") == 0) {

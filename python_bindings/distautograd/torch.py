@@ -170,8 +170,11 @@ def debug_info() -> Dict[str, int]:
     The backend's own:
 
     - ``torch_cleanup_handed``: cleanup messages torch's agent accepted (as
-      ``cleanup_sent``); ``torch_cleanup_failed``: those whose send torch
+      ``cleanup_sent``); ``torch_cleanup_delivered``: those the receiving
+      worker acknowledged; ``torch_cleanup_failed``: those whose send torch
       finally reported failed (each also logged on stderr, as natively).
+      The rest are still being sent (torch retries a failed send 20 times,
+      backing off from 1 s).
     - ``torch_contexts_made``: libtorch context objects built;
       ``torch_contexts_alive``: those not yet destroyed (held by a live
       context, or by torch: its engine, a Python object).

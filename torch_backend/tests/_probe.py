@@ -117,5 +117,51 @@ def fork():
     return {"before": before, "batches": batches, "child": child_out, "child_status": status, "after": after}
 
 
+def local_pass(t):
+    """A pass of this worker alone: no RPC, whose timing could touch the
+    context, only the pass's own steps."""
+    import torch.distributed.autograd as da
+
+    with da.context() as cid:
+        da.backward(cid, [(t * 2.0).sum()])
+        return da.get_gradients(cid)[t].tolist()
+
+
+def reaped():
+    """A pass idle past DISTAUTOGRAD_REAP_IDLE_MS (natively: idle 2.5 s),
+    then used and ended; then new passes on the same thread and another."""
+    import threading
+    import time
+
+    import distautograd.torch as dt
+    import torch
+    import torch.distributed.autograd as da
+
+    rpc = init_one()
+    t = torch.ones(3, requires_grad=True)
+    first = {}
+    try:
+        with da.context() as cid:
+            loss = (t * 2.0).sum()
+            time.sleep(2.5)
+            deadline = time.monotonic() + 60  # the reaper's thread may be slow to run on a loaded machine
+            while dt.active() and da._get_debug_info()["num_autograd_contexts"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            da.backward(cid, [loss])
+            first["grads"] = da.get_gradients(cid)[t].tolist()
+    except RuntimeError as e:
+        first["error"] = str(e)
+        first["chained"] = e.__context__ is not None
+    after = [local_pass(t), local_pass(t)]
+    other = []
+    th = threading.Thread(target=lambda: other.append(local_pass(t)))
+    th.start()
+    th.join()
+    out = {"active": dt.active(), "first": first, "after": after, "other": other,
+           "contexts": da._get_debug_info()["num_autograd_contexts"]}
+    rpc.shutdown()
+    return out
+
+
 if __name__ == "__main__":
     print(json.dumps(globals()[sys.argv[1]]()), flush=True)

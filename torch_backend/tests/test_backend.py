@@ -27,7 +27,7 @@ DEBUG_INFO_KEYS = sorted([
     "num_autograd_contexts", "num_current_backward_passes",
     "cleanup_sent", "cleanup_retried", "cleanup_failed", "cleanup_dropped", "cleanup_skipped", "cleanup_pending",
     "max_contexts", "refused_contexts", "live_handles", "uncounted_handles", "go_heap_bytes",
-    "torch_cleanup_handed", "torch_cleanup_failed", "torch_contexts_made", "torch_contexts_alive",
+    "torch_cleanup_handed", "torch_cleanup_delivered", "torch_cleanup_failed", "torch_contexts_made", "torch_contexts_alive",
     "torch_native_contexts"])
 
 
@@ -198,6 +198,33 @@ class TestKilledWorker(BackendTest):
             self.assertEqual(r["passes_after"], 5)
             self.assertEqual(r["debug_info"]["num_autograd_contexts"], 0, r)
             self.assertEqual(r["debug_info"]["torch_native_contexts"], 0, r)
+
+
+class TestReapedPass(BackendTest):
+    """A pass idle past DISTAUTOGRAD_REAP_IDLE_MS loses its context (as
+    documented), gets one error that names the reaper and its setting, and
+    the thread goes on: its next passes work, as natively. Before the fix
+    the end of the `with` block raised "Could not find autograd context"
+    and every later pass on the thread "Already have an autograd context id
+    for this thread."."""
+
+    def test_thread_starts_new_passes(self) -> None:
+        # Passes of one worker alone: nothing but the probe's pause leaves a
+        # context idle for long.
+        native, _ = probe("reaped", False, DISTAUTOGRAD_REAP_IDLE_MS="1000")
+        self.assertFalse(native["active"])
+        self.assertEqual(native["first"], {"grads": [2.0] * 3})
+        got, _ = probe("reaped", True, DISTAUTOGRAD_REAP_IDLE_MS="1000")
+        self.assertTrue(got["active"])
+        err = got["first"].get("error", "")
+        self.assertRegex(err, r"^Could not find autograd context with id: \d+ \(distautograd: it was reaped by "
+                         r"dac_reap_idle_contexts, unused for 1000 ms or more\); the torch backend's reaper", got)
+        self.assertIn("DISTAUTOGRAD_REAP_IDLE_MS=1000", err)
+        self.assertFalse(got["first"]["chained"], "the end of the pass raised a second error")
+        for k in ("after", "other", "contexts"):
+            self.assertEqual(got[k], native[k], k)
+        self.assertEqual(got["after"], [[2.0] * 3] * 2)
+        self.assertEqual(got["contexts"], 0)
 
 
 class TestGuard(BackendTest):
