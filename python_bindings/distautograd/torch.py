@@ -166,6 +166,9 @@ def debug_info() -> Dict[str, int]:
       ``uncounted_handles``: those held uncounted.
     - ``go_heap_bytes``: the library's Go heap, live bytes at the last
       collection.
+    - ``go_runtime_<change>``: 1 for each change of Go's runtime the
+      library was built with, 0 for each it was not (one key per change of
+      scripts/go-runtime-overlay; docs/go-runtime.md).
 
     The backend's own:
 
