@@ -377,7 +377,7 @@ void m_releaseContext(void*, int64_t id) {
   // Gone: torch's "Could not find autograd context with id", unless it is
   // the reaped pass this thread has been told about already.
   int rc = dac_context_release(id);
-  if (rc != DAC_OK && id == told_reaped) {
+  if (rc != DAC_OK && told_reaped != DAC_INVALID_ID && id == told_reaped) {
     told_reaped = DAC_INVALID_ID;
     return;
   }
