@@ -99,12 +99,7 @@ func TestMonitorBacksOffAtOnce(t *testing.T) {
 	}
 	line := overlaidLine(t, monitorBacksOffAtOnce, "unless a thread waits for a P")
 	for _, rel := range overlaidLibraries {
-		var onLine []string
-		for _, ins := range objdump(t, goTool, rel, "runtime.sysmon") {
-			if ins.line == line {
-				onLine = append(onLine, ins.text)
-			}
-		}
+		onLine := instructionsOn(t, goTool, rel, "runtime.sysmon", line)
 		compared := slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "CMPQ ") && strings.HasSuffix(s, "$0x32") })
 		doubled := slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "SHLL ") })
 		assert.True(t, compared && doubled, "%s: runtime.sysmon's %s neither compares idle with 50 nor doubles the nap: %v", rel, line, onLine)
@@ -123,15 +118,23 @@ func TestMonitorServesWorkOnPsInC(t *testing.T) {
 	}
 	line := overlaidLine(t, monitorServesWork, "work waits on pp")
 	for _, rel := range overlaidLibraries {
-		var onLine []string
-		for _, ins := range objdump(t, goTool, rel, "runtime.retake") {
-			if ins.line == line {
-				onLine = append(onLine, ins.text)
-			}
-		}
+		onLine := instructionsOn(t, goTool, rel, "runtime.retake", line)
 		assert.True(t, slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "CMPQ ") }),
 			"%s: runtime.retake's %s compares nothing (no timer read): %v", rel, line, onLine)
 	}
+}
+
+// instructionsOn returns the instructions of function fn in the build rel
+// that came from source line line ("file:N").
+func instructionsOn(t *testing.T, goTool, rel, fn, line string) []string {
+	t.Helper()
+	var onLine []string
+	for _, ins := range objdump(t, goTool, rel, fn) {
+		if ins.line == line {
+			onLine = append(onLine, ins.text)
+		}
+	}
+	return onLine
 }
 
 // overlaidLine returns "file:N", the line of the overlay's copy of
