@@ -1,4 +1,4 @@
-/* uncounted.c: the references threads hold uncounted (the state word's
+/* csrc/uncounted.c: the references threads hold uncounted (the state word's
 ** protocol, whose uncounted bit and settle this file keeps, is
 ** docs/state-word.md's).
 **
