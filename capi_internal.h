@@ -164,7 +164,7 @@ dacc_uncounted_slot *dacc_uncounted_assign(void);
 int dacc_uncounted_count_one(dacc_uncounted_slot *s, uint64_t h, dacc_undo_fn undo);
 /* Counts every reference held uncounted to h; returns how many. */
 int dacc_uncounted_settle(uint64_t h, dacc_undo_fn undo);
-/* For Go (records.go: UncountedRefs): dacc_uncounted_settle_raw is dacc_uncounted_settle
+/* For Go (handles.go: UncountedRefs): dacc_uncounted_settle_raw is dacc_uncounted_settle
 ** with plain decrements (Go calls it under the record's shard lock and
 ** decides the death after; it never calls into Go); dacc_uncounted_count says
 ** how many references are held uncounted now. */

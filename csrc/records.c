@@ -239,7 +239,7 @@ static int unref_counted(uint64_t h) {
 ** of a record C can read (base: the records, 0 before the view is known).
 ** The state word is read after the id: if it still shows the handle's
 ** generation, referenced, the id was that life's. A death moves the
-** generation on before the record takes another id (records.go: die, then
+** generation on before the record takes another id (deaths.go: die, then index.go:
 ** create), so an id read from a later life is always followed by another
 ** generation; and the handle's holder got it after its life's id was
 ** written, so no earlier life's id is read either. */

@@ -7,7 +7,7 @@
 ** word and its unref to drop it there, the cores would trade that line
 ** (which every lookup also reads) twice per lookup, and a lookup on two
 ** cores would cost several times one on one. So a thread holds at most one
-** reference uncounted, in a slot of its own (records.go: UncountedRefs): a
+** reference uncounted, in a slot of its own (handles.go: UncountedRefs): a
 ** lookup that finds the record listed writes the handle into its slot,
 ** reads the state again, and is done if the record is still listed in the
 ** same life (capi.c: acquire); the thread's unref of that handle empties

@@ -2,7 +2,7 @@
 ** with no cap set: every creation succeeds, each context is found again
 ** from C and through its handle, and the memory they take per context is
 ** printed for the Go test (capi_test: TestManyLiveContexts) to bound. The
-** memory is measured as make bench measures it (bench/cxx/harness.cpp:
+** memory is measured as make bench measures it (bench/cxx/harness_memory.inc:
 ** memLive): resident set before and after, over the contexts made.
 ** Usage: manylive N */
 #include "check.h"
