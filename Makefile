@@ -32,7 +32,7 @@ LIB     := $(BUILD)/libdistautograd.so
 # What every build of the library depends on, tests aside: the one list
 # (the Go tests that check a build is current ask `make -s library-sources`).
 GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/layout/*.go))
-CSRC    := capi.c $(wildcard csrc/*.c) capi_internal.h capi_status.h capi_layout.h include/distautograd.h libdistautograd.map
+CSRC    := capi.c $(wildcard csrc/*.c) clock.c uncounted.c capi_internal.h capi_status.h capi_layout.h include/distautograd.h libdistautograd.map
 LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay scripts/go-runtime-tested scripts/go-toolchain
 # Every build of the library takes five lines of Go's runtime from this
 # overlay, for C threads that call into Go (docs/go-runtime.md says what and

@@ -9,7 +9,6 @@
 ** every function that takes a reference), which separate units would turn
 ** into calls; and cgo compiles only the .c files of the package's own
 ** folder. The build hashes csrc/ through build_inputs.go. */
-#define _GNU_SOURCE /* pthread_setname_np (csrc/clock.c) */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +33,6 @@
 #include "csrc/handles.c"
 #include "csrc/cleanup.c"
 #include "csrc/testing.c"
-#include "csrc/clock.c"
-#include "csrc/uncounted.c"
 
 /* What a forked child forgets, in every room (fork.c: on_fork_child). */
 static void clear_for_child(void) {

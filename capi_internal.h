@@ -138,7 +138,7 @@ static inline __attribute__((always_inline)) dacc_record *dacc_record_of(uintptr
 	return dacc_record_at(base, (uint32_t)h);
 }
 
-/* ---- Uncounted references (csrc/uncounted.c says why and how) ----
+/* ---- Uncounted references (uncounted.c says why and how) ----
 ** A thread's slot holds 0 or one handle whose reference the thread holds
 ** without the record's state counting it. */
 typedef struct {
@@ -177,7 +177,7 @@ static inline __attribute__((always_inline)) int dacc_owns(uint64_t h) {
 	return h != 0 && __atomic_load_n(&dacc_tls_uncounted->h, __ATOMIC_RELAXED) == h;
 }
 
-/* The coarse clock (csrc/clock.c): dacc_clock_start starts the thread that
+/* The coarse clock (clock.c): dacc_clock_start starts the thread that
 ** advances *word every tick_ms from start, 0 if it started; a reader that
 ** finds the word DACC_CLOCK_ASLEEP calls dacc_clock_wake, which returns the
 ** current time and has the thread tick again (DACC_CLOCK_ASLEEP is

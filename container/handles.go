@@ -141,7 +141,7 @@ func (c *Container) UncountedReferences() int64 {
 // UncountedRefs is where the host keeps references to records that their
 // state words do not count (the C ABI: one per thread, so that a thread's
 // retrieve and unref of a context every thread uses write no line the
-// others read; csrc/uncounted.c says how). A record's life that may have some has
+// others read; uncounted.c says how). A record's life that may have some has
 // the uncounted bit set. Settle moves every uncounted reference to handle h
 // into h's count, each as one compare-and-swap that requires h's life (a
 // reference whose holder drops it meanwhile is taken out again, without

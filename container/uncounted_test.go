@@ -11,7 +11,7 @@ import (
 )
 
 // fakeUncounted holds references uncounted as the C ABI does (capi.c,
-// csrc/uncounted.c): a settle counts each in the record's state word first, then
+// uncounted.c): a settle counts each in the record's state word first, then
 // forgets it; with dropWhileSettled, its holder drops it between the two,
 // and the settle takes its count out again.
 type fakeUncounted struct {

@@ -168,7 +168,7 @@ static inline __attribute__((always_inline)) int acquire(int64_t id, uint64_t *h
 	                         __atomic_load_n(&s->h, __ATOMIC_RELAXED) == 0 &&
 	                         __atomic_load_n(&r->id, __ATOMIC_RELAXED) == id,
 	                     1)) {
-		/* Uncounted: see csrc/uncounted.c. */
+		/* Uncounted: see uncounted.c. */
 		uint64_t held = (st >> 32) << 32 | index;
 		__atomic_exchange_n(&s->h, held, __ATOMIC_SEQ_CST);
 		uint64_t now = __atomic_load_n(&r->state, __ATOMIC_SEQ_CST);

@@ -1,4 +1,4 @@
-/* csrc/clock.c: the coarse clock behind the reaper (container/clock.go says why
+/* clock.c: the coarse clock behind the reaper (container/clock.go says why
 ** coarse): a word of milliseconds that a plain thread, dac-clock, advances
 ** every tick, and that lookups copy into the contexts they touch.
 **
@@ -13,6 +13,7 @@
 ** ticks again. So every time a reader records is current, asleep or not,
 ** and a reader busy all the time pays one wake per DACC_CLOCK_AWAKE_MS
 ** (once a second). */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>

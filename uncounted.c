@@ -1,4 +1,4 @@
-/* csrc/uncounted.c: the references threads hold uncounted (the state word's
+/* uncounted.c: the references threads hold uncounted (the state word's
 ** protocol, whose uncounted bit and settle this file keeps, is
 ** docs/state-word.md's).
 **
