@@ -54,8 +54,10 @@ REQUIRES_PYTHON = ">=3.8"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
-#: The torch backend's files, bundled when built (make, with libtorch-dev).
-TORCH_FILES = ("libdistautograd_torch.so", "libdistautograd_torch_impl.so")
+#: The torch backend's shim, and its implementations (one per torch release
+#: served: 1.13 with libtorch-dev, 2.6 with make torch-root), bundled when built.
+TORCH_SHIM = "libdistautograd_torch.so"
+TORCH_IMPL_PREFIX = "libdistautograd_torch_impl_"
 
 #: The launcher: `distautograd-torch python train.py`.
 ENTRY_POINTS = "[console_scripts]\ndistautograd-torch = distautograd.torch:main\n"
@@ -157,12 +159,13 @@ def build(out_dir: str, lib: Optional[str] = None) -> str:
     with open(lib_path, "rb") as f:  # follows the .so -> .so.X -> .so.X.Y.Z links
         entries[NAME + "/libdistautograd.so"] = (f.read(), 0o755)
     # The torch backend, where it was built beside the library: its shim, its
-    # implementation, and the library under the soname the implementation
+    # implementations, and the library under the soname the implementation
     # links (the launcher and the package both take that one in a process
     # under the backend: one library, one Go runtime).
     folder = os.path.dirname(os.path.abspath(lib_path))
-    torch_files = [os.path.join(folder, n) for n in TORCH_FILES]
-    if all(os.path.isfile(p) for p in torch_files):
+    impls = sorted(n for n in os.listdir(folder) if n.startswith(TORCH_IMPL_PREFIX) and n.endswith(".so"))
+    torch_files = [os.path.join(folder, n) for n in [TORCH_SHIM] + impls]
+    if impls and os.path.isfile(torch_files[0]):
         for p in torch_files + [os.path.join(folder, "libdistautograd.so.0")]:
             with open(p, "rb") as f:
                 entries[NAME + "/" + os.path.basename(p)] = (f.read(), 0o755)

@@ -1,6 +1,8 @@
-// impl.cpp: torch 1.13's DistAutogradContainer served by distautograd
-// (libdistautograd_torch_impl.so). The shim (shim.c) loads it on the first
-// container call of a process whose libtorch is the one it was built for,
+// impl.cpp: torch's DistAutogradContainer served by distautograd
+// (libdistautograd_torch_impl_<version>.so, built once per served torch,
+// against that torch's own headers: DAT_TORCH_VERSION says which). The shim
+// (shim.c) loads it on the first container call of a process whose libtorch
+// is the one it was built for,
 // and jumps here for every public member of the container and for
 // DistEngine::getDebugInfo. Each function below has the member's ABI: the
 // object (ignored: distautograd's container is process-wide, as torch's
@@ -35,9 +37,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <type_traits>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -45,6 +49,7 @@
 #include <vector>
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/api/include/torch/version.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
 #include <torch/csrc/distributed/rpc/rpc_command_base.h>
 
@@ -52,11 +57,33 @@
 
 #include "symbols.h"
 
+#ifndef DAT_TORCH_VERSION
+#error "DAT_TORCH_VERSION (the torch release this is built for, \"2.6\") must be defined: see the Makefile"
+#endif
+
+// The headers are the named torch's: an implementation built against one
+// torch's headers and named for another would be loaded for the wrong one.
+constexpr bool same_text(const char* a, const char* b) {
+  return *a == *b && (*a == 0 || same_text(a + 1, b + 1));
+}
+#define DAT_STR2(x) #x
+#define DAT_STR(x) DAT_STR2(x)
+static_assert(same_text(DAT_TORCH_VERSION, DAT_STR(TORCH_VERSION_MAJOR) "." DAT_STR(TORCH_VERSION_MINOR)),
+              "DAT_TORCH_VERSION is not the version of the torch headers this is compiled against");
+
+#if __has_include(<torch/csrc/distributed/autograd/context/container.h>)
+// torch 2.x's libtorch-dev installs the classes' own headers.
+#define DAT_TORCH_HEADERS 1
+#include <torch/csrc/distributed/autograd/context/container.h>
+#include <torch/csrc/distributed/autograd/context/context.h>
+#include <torch/csrc/distributed/autograd/rpc_messages/cleanup_autograd_context_req.h>
+#else
+#define DAT_TORCH_HEADERS 0
 namespace torch {
 namespace distributed {
 namespace autograd {
 
-// torch 1.13's, which libtorch-dev does not install: restated from
+// torch 1.13's, which its libtorch-dev does not install: restated from
 // torch/csrc/distributed/autograd/context/context.h and
 // rpc_messages/cleanup_autograd_context_req.h. Only the exported members
 // are called; a DistAutogradContext is only ever held by shared_ptr (its
@@ -82,6 +109,7 @@ class CleanupAutogradContextReq : public rpc::RpcCommandBase {
 }  // namespace autograd
 }  // namespace distributed
 }  // namespace torch
+#endif
 
 // libtorch's control block for make_shared<DistAutogradContext>: its vtable
 // (exported, weak), whose third slot, _M_dispose(this), destroys the object
@@ -95,7 +123,10 @@ namespace {
 namespace ta = torch::distributed::autograd;
 namespace rpc = torch::distributed::rpc;
 using ContextPtr = std::shared_ptr<ta::DistAutogradContext>;
-using DebugInfo = std::unordered_map<std::string, int>;
+// DistEngine::getDebugInfo's map, under one mangled name in every torch
+// (torch/csrc/distributed/autograd/engine/dist_engine.h, which no
+// libtorch-dev installs): its values are int in 1.x, int64_t in 2.x.
+using DebugInfo = std::unordered_map<std::string, std::conditional_t<TORCH_VERSION_MAJOR < 2, int, int64_t>>;
 
 // libtorch's own definitions, by the ABI of their members.
 struct Real {
@@ -414,6 +445,7 @@ int64_t m_currentContextId() {
 // num_autograd_contexts is ours, through numAutogradContexts) and
 // distautograd's: the fan-out's counters, the cap, live handles.
 DebugInfo m_getDebugInfo(const void* engine) {
+  using Figure = DebugInfo::mapped_type;
   DebugInfo info = real.getDebugInfo(engine);
   char buf[1024];
   size_t len = 0;
@@ -427,24 +459,72 @@ DebugInfo m_getDebugInfo(const void* engine) {
       std::string key(p + 1, end);
       long long v = strtoll(end + 2, nullptr, 10);
       if (key != "num_autograd_contexts" && key != "num_current_backward_passes")
-        info[key] = v > INT32_MAX ? INT32_MAX : static_cast<int>(v);
+        info[key] = static_cast<Figure>(std::min<long long>(v, std::numeric_limits<Figure>::max()));
       p = end + 2;
     }
   }
-  info["torch_cleanup_handed"] = static_cast<int>(counts.cleanup_handed.load());
-  info["torch_cleanup_failed"] = static_cast<int>(counts.cleanup_torch_failed.load());
+  info["torch_cleanup_handed"] = static_cast<Figure>(counts.cleanup_handed.load());
+  info["torch_cleanup_failed"] = static_cast<Figure>(counts.cleanup_torch_failed.load());
   void* self = instance.load(std::memory_order_acquire);
-  info["torch_native_contexts"] = self ? static_cast<int>(real.numAutogradContexts(self)) : 0;
+  info["torch_native_contexts"] = self ? static_cast<Figure>(real.numAutogradContexts(self)) : 0;
   // Made and not yet destroyed: those torch still holds (a ContextPtr in
   // its engine, a Python object), or a live context hosts.
-  info["torch_contexts_made"] = static_cast<int>(counts.made.load());
-  info["torch_contexts_alive"] = static_cast<int>(counts.made.load() - counts.destroyed.load());
+  info["torch_contexts_made"] = static_cast<Figure>(counts.made.load());
+  info["torch_contexts_alive"] = static_cast<Figure>(counts.made.load() - counts.destroyed.load());
   return info;
 }
 
+#if DAT_TORCH_HEADERS
+// Where the torch's own headers are there, the compiler checks what the
+// backend assumes of them: each member it serves has the ABI of the
+// function serving it (the object first, as a pointer; a returned reference
+// to the container as a pointer; newContext's const on the shared_ptr it
+// returns by value changes no ABI), and a context fits the room a Box has.
+template <typename F>
+struct Abi;
+template <typename T>
+using Ret = std::conditional_t<std::is_same_v<T, ta::DistAutogradContainer&>, void*, std::remove_const_t<T>>;
+template <typename R, typename... A>
+struct Abi<R (*)(A...)> {
+  using type = Ret<R> (*)(A...);
+};
+template <typename R, typename... A>
+struct Abi<R (ta::DistAutogradContainer::*)(A...)> {
+  using type = Ret<R> (*)(void*, A...);
+};
+template <typename R, typename... A>
+struct Abi<R (ta::DistAutogradContainer::*)(A...) const> {
+  using type = Ret<R> (*)(const void*, A...);
+};
+#define DAT_SAME_ABI(member)                                                                              \
+  static_assert(std::is_same_v<Abi<decltype(&ta::DistAutogradContainer::member)>::type, decltype(&m_##member)>, \
+                "m_" #member " does not have the ABI of DistAutogradContainer::" #member " in this torch's headers")
+DAT_SAME_ABI(init);
+DAT_SAME_ABI(getInstance);
+DAT_SAME_ABI(newContext);
+DAT_SAME_ABI(releaseContext);
+DAT_SAME_ABI(releaseContextIfPresent);
+DAT_SAME_ABI(isValidContext);
+DAT_SAME_ABI(retrieveContext);
+DAT_SAME_ABI(currentContext);
+DAT_SAME_ABI(hasValidContext);
+DAT_SAME_ABI(newAutogradMessageId);
+DAT_SAME_ABI(getOrCreateContext);
+DAT_SAME_ABI(getMaxId);
+DAT_SAME_ABI(getWorkerId);
+DAT_SAME_ABI(setCurrentContextId);
+DAT_SAME_ABI(forceCurrentContextId);
+DAT_SAME_ABI(clearCurrentContext);
+DAT_SAME_ABI(numAutogradContexts);
+DAT_SAME_ABI(currentContextId);
+static_assert(std::is_same_v<ta::ContextPtr, ContextPtr>);
+static_assert(sizeof(ta::DistAutogradContext) <= kContextRoom && alignof(ta::DistAutogradContext) <= 16,
+              "a DistAutogradContext of this torch does not fit the room a Box has for one");
+#endif
+
 std::atomic<bool> started{false};
 
-// Whether a context behaves as torch 1.13's: it reports the id it was made
+// Whether a context behaves as torch's: it reports the id it was made
 // with, and known workers as they are added.
 bool behaves(ta::DistAutogradContext* c, int64_t id) {
   if (c == nullptr || c->contextId() != id || !c->getKnownWorkerIds().empty())
@@ -499,8 +579,8 @@ bool probe(const char* simulate, char* why, size_t cap) {
     if (failed == nullptr && simulate != nullptr && strcmp(simulate, "layout") == 0)
       failed = "simulated";
     if (failed != nullptr)
-      snprintf(why, cap, "libtorch's DistAutogradContext does not behave as in the torch 1.13 build this backend "
-                         "was made for (run-time layout check: %s)", failed);
+      snprintf(why, cap, "libtorch's DistAutogradContext does not behave as in the torch " DAT_TORCH_VERSION
+                         " build this backend was made for (run-time layout check: %s)", failed);
     return failed == nullptr;
   } catch (const std::exception& e) {
     snprintf(why, cap, "the run-time check of libtorch failed: %s", e.what());
@@ -513,6 +593,11 @@ bool probe(const char* simulate, char* why, size_t cap) {
 extern "C" __attribute__((visibility("default"))) int dat_impl_start(dat_start_args* a) {
   if (a == nullptr || a->abi != DAT_ABI)
     return 1;
+  if (a->torch == nullptr || strcmp(a->torch, DAT_TORCH_VERSION) != 0) {
+    snprintf(a->why, a->why_cap, "the implementation for torch " DAT_TORCH_VERSION " was given torch %s",
+             a->torch ? a->torch : "(none)");
+    return 1;
+  }
   real.init = reinterpret_cast<decltype(real.init)>(a->real[0]);
   real.getInstanceInternal = reinterpret_cast<decltype(real.getInstanceInternal)>(a->real[18]);
   real.getOrCreateContext = reinterpret_cast<decltype(real.getOrCreateContext)>(a->real[10]);

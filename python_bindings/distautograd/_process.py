@@ -13,7 +13,16 @@ from typing import Optional
 SONAME = "libdistautograd.so.0"
 #: The backend's files (torch_backend/, built by make).
 SHIM_NAME = "libdistautograd_torch.so"
-IMPL_NAME = "libdistautograd_torch_impl.so"
+#: The torch releases the backend serves, each with its implementation
+#: (torch_backend/symbols.h's DAT_TORCH_VERSIONS; a test ties the two).
+TORCH_VERSIONS = ("1.13", "2.6")
+
+
+def impl_name(version: str) -> str:
+    """The file name of the backend's implementation for torch version."""
+    return "libdistautograd_torch_impl_%s.so" % version
+
+
 #: A symbol only torch's container (or the backend's shim) defines.
 PROBE_SYMBOL = "_ZN5torch11distributed8autograd21DistAutogradContainer16currentContextIdEv"
 
@@ -65,3 +74,17 @@ def loaded_library() -> Optional[str]:
     except AttributeError:
         return None
     return _dladdr(addr) if addr else None
+
+
+def loaded_impl(folder: str):
+    """The backend's implementation loaded from folder in this process (a
+    ctypes.CDLL; at most one is: the one for the loaded torch), or None.
+    Loads nothing."""
+    import ctypes
+
+    for v in TORCH_VERSIONS:
+        try:
+            return ctypes.CDLL(os.path.join(folder, impl_name(v)), mode=RTLD_NOLOAD)
+        except OSError:
+            continue
+    return None

@@ -2,7 +2,7 @@
 
 ``distautograd-torch CMD ARGS...`` (or ``python -m distautograd.torch CMD
 ARGS...``) runs CMD with the torch backend preloaded: every process it
-starts that loads torch 1.13 keeps its distributed autograd contexts in
+starts that loads torch 1.13 or 2.6 (Debian 12's and 13's) keeps its distributed autograd contexts in
 distautograd (``dist_autograd.backward``, the send/recv functions of every
 RPC, the cleanup RPCs, ``torch.distributed.autograd.context()``), with no
 change to the script. It works in front of ``torchrun`` too::
@@ -13,6 +13,11 @@ change to the script. It works in front of ``torchrun`` too::
 (Debian's torchrun for torch 1.13 on Python 3.11 parses only 1 and 2 for
 ``--redirects`` and ``--tee``, whose default is 0, with or without the
 backend.)
+
+Debian 13's torch 2.6 is built without libuv, which its TCPStore uses by
+default from 2.4 on: ``init_rpc`` through ``env://`` (MASTER_ADDR and
+MASTER_PORT) fails there natively too, unless ``USE_LIBUV=0``. The launcher
+sets ``USE_LIBUV=0`` for the command when torch is 2.x and it is unset.
 
 Inside, :func:`active` says whether torch's container is distautograd, and
 ``torch.distributed.autograd._get_debug_info()`` shows distautograd's
@@ -30,10 +35,10 @@ from typing import List, Optional
 
 from . import _process
 
-__all__ = ["active", "library_path", "main", "TORCH_VERSION"]
+__all__ = ["active", "library_path", "main", "TORCH_VERSIONS"]
 
-#: The torch the backend serves (Debian's python3-torch / libtorch-dev).
-TORCH_VERSION = "1.13"
+#: The torch releases the backend serves (Debian 12's and 13's python3-torch).
+TORCH_VERSIONS = _process.TORCH_VERSIONS
 
 #: Names the backend's shim explicitly (else the package's folder, then the checkout's build/).
 LIBRARY_ENV = "DISTAUTOGRAD_TORCH_LIBRARY"
@@ -65,11 +70,21 @@ def library_path() -> str:
         shim = found[0]
     shim = os.path.realpath(shim)
     folder = os.path.dirname(shim)
-    for name in (_process.IMPL_NAME, _process.SONAME):
-        if not os.path.isfile(os.path.join(folder, name)):
-            raise UsageError("%s lacks %s beside it: the backend was built without libtorch-dev, or partly; "
-                             "install libtorch-dev and run `make`" % (shim, name))
+    if not os.path.isfile(os.path.join(folder, _process.SONAME)):
+        raise UsageError("%s lacks %s beside it: the backend was built partly; run `make`" % (shim, _process.SONAME))
+    if not any(os.path.isfile(os.path.join(folder, _process.impl_name(v))) for v in TORCH_VERSIONS):
+        raise UsageError("%s has no implementation beside it (%s): the backend was built without libtorch-dev; "
+                         "install libtorch-dev and run `make`"
+                         % (shim, ", ".join(_process.impl_name(v) for v in TORCH_VERSIONS)))
     return shim
+
+
+def served(version: str) -> Optional[str]:
+    """The served release a torch version belongs to ("2.6.0+debian": "2.6"), or None."""
+    for v in TORCH_VERSIONS:
+        if version == v or version.startswith(v + "."):
+            return v
+    return None
 
 
 def _torch_version() -> Optional[str]:
@@ -92,13 +107,14 @@ def _torch_version() -> Optional[str]:
 def check_torch() -> str:
     """Returns torch's version if the backend serves it, else raises UsageError."""
     v = _torch_version()
+    served_list = " and ".join(TORCH_VERSIONS)
     if v is None:
         raise UsageError("torch is not installed for %s: the backend serves torch %s (Debian: apt-get install "
-                         "python3-torch libtorch-dev)" % (sys.executable, TORCH_VERSION))
-    if not (v == TORCH_VERSION or v.startswith(TORCH_VERSION + ".")):
+                         "python3-torch libtorch-dev)" % (sys.executable, served_list))
+    if served(v) is None:
         raise UsageError("torch %s is installed for %s; the backend serves torch %s only. Run the command "
                          "without distautograd-torch (torch then keeps its own container)"
-                         % (v, sys.executable, TORCH_VERSION))
+                         % (v, sys.executable, served_list))
     return v
 
 
@@ -118,11 +134,8 @@ def active() -> bool:
     entry.restype = ctypes.c_int64
     entry.argtypes = []
     entry()  # currentContextId: harmless either way, and it makes the backend decide
-    try:
-        impl = ctypes.CDLL(os.path.join(os.path.dirname(shim), _process.IMPL_NAME), mode=_process.RTLD_NOLOAD)
-    except OSError:
-        return False
-    return bool(impl.dat_impl_active())
+    impl = _process.loaded_impl(os.path.dirname(shim))
+    return impl is not None and bool(impl.dat_impl_active())
 
 
 USAGE = """usage: distautograd-torch [--check] COMMAND [ARGS...]
@@ -131,7 +144,8 @@ USAGE = """usage: distautograd-torch [--check] COMMAND [ARGS...]
 Runs COMMAND with torch's distributed autograd served by distautograd
 (LD_PRELOAD of the torch backend; every process COMMAND starts inherits it).
 --check only checks that the backend is built and torch is %s, and prints
-the library's path.""" % TORCH_VERSION
+the library's path. With torch 2.x, USE_LIBUV=0 is set for COMMAND unless
+set (Debian's torch 2.6 has no libuv for its TCPStore).""" % " or ".join(TORCH_VERSIONS)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -167,6 +181,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     env = dict(os.environ)
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p != shim]
     env["LD_PRELOAD"] = " ".join([shim] + preload)
+    if not version.startswith("1."):
+        env.setdefault("USE_LIBUV", "0")
     os.execvpe(args[0], args, env)
     return 127  # not reached
 
