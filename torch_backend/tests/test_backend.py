@@ -1,7 +1,9 @@
-"""The torch backend against real torch 1.13 (Debian's python3-torch):
-each test runs torch programs in child processes, natively and under
-libdistautograd_torch.so, and compares. `make test` runs it (CI=true: it
-must run, never skip). Every child has a hard timeout: a hang fails."""
+"""The torch backend against real torch (the interpreter's: Debian 12's
+torch 1.13 on this machine, Debian 13's torch 2.6 when make
+test-torch-versions runs this inside a root): each test runs torch programs
+in child processes, natively and under libdistautograd_torch.so, and
+compares. `make test` runs it (CI=true: it must run, never skip). Every
+child has a hard timeout: a hang fails."""
 from __future__ import annotations
 
 import json
@@ -20,17 +22,32 @@ SHIM = os.path.join(BUILD, "libdistautograd_torch.so")
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 TIMEOUT = 180
 
+sys.path.insert(0, os.path.join(ROOT, "python_bindings"))
+from distautograd._process import TORCH_VERSIONS, impl_name  # noqa: E402
+
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def torch_problem() -> str:
-    if not os.path.isfile(os.path.join(BUILD, "libdistautograd_torch_impl.so")):
-        return "the torch backend is not built (make; it needs libtorch-dev)"
-    r = subprocess.run([PYTHON, "-c", "import torch"], capture_output=True)
+def torch_series() -> str:
+    """The served release of this interpreter's torch ("1.13", "2.6"), or
+    its version if the backend does not serve it; "" without torch."""
+    r = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
     if r.returncode != 0:
+        return ""
+    v = r.stdout.strip()
+    return next((s for s in TORCH_VERSIONS if v == s or v.startswith(s + ".")), v)
+
+
+def torch_problem() -> str:
+    series = torch_series()
+    if not series:
         return "torch does not import for %s" % PYTHON
+    if series not in TORCH_VERSIONS:
+        return "torch %s is not a torch the backend serves (%s)" % (series, ", ".join(TORCH_VERSIONS))
+    if not os.path.isfile(os.path.join(BUILD, impl_name(series))):
+        return "the torch backend's implementation for torch %s is not built (make; it needs libtorch-dev)" % series
     return ""
 
 
@@ -40,6 +57,8 @@ def env(backend: bool, **extra: str) -> dict:
         e.pop(k, None)
     e["PYTHONPATH"] = os.path.join(ROOT, "python_bindings")
     e["GLOG_minloglevel"] = "2"
+    # torch 2.6 of Debian 13 has no libuv: env:// needs this, natively too.
+    e["USE_LIBUV"] = "0"
     if backend:
         e["LD_PRELOAD"] = SHIM
     e.update(extra)
@@ -168,15 +187,18 @@ class TestKilledWorker(BackendTest):
 
 
 class TestGuard(BackendTest):
-    """A libtorch that is not the build the backend was made for (simulated:
-    another soname, a missing symbol, a failed run-time layout check) leaves
-    torch native: it works, the backend says so once on stderr."""
+    """A libtorch that is not a build the backend serves (simulated: another
+    soname, a missing symbol, a failed run-time layout check, an
+    implementation given another torch than its own) leaves torch native:
+    it works, the backend says so once on stderr."""
 
     def test_mismatch_runs_native(self) -> None:
         native, _ = probe("guard", False)
         self.assertFalse(native["active"])
         self.assertEqual(native["keys"], ["num_autograd_contexts", "num_current_backward_passes"])
-        for what, needle in (("soname", "is not the build"), ("symbol", "does not define"), ("layout", "layout check")):
+        for what, needle in (("soname", "is not a torch this backend serves (torch %s)" % ", ".join(TORCH_VERSIONS)),
+                             ("symbol", "does not define"), ("layout", "layout check"),
+                             ("impl", "the implementation for torch %s was given torch 0.0" % torch_series())):
             with self.subTest(what):
                 got, err = probe("guard", True, DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH=what)
                 self.assertEqual(got, native)
@@ -263,7 +285,7 @@ class TestLauncher(BackendTest):
     def test_bad_use(self) -> None:
         r = self.launch("--check")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("libdistautograd_torch.so (torch 1.13", r.stdout)
+        self.assertIn("libdistautograd_torch.so (torch %s" % torch_series(), r.stdout)
         r = self.launch("--check", DISTAUTOGRAD_TORCH_LIBRARY="/nonexistent/libdistautograd_torch.so")
         self.assertEqual(r.returncode, 2)
         self.assertIn("does not name a file", r.stderr)
