@@ -212,7 +212,7 @@ demo: $(LIB) ## a training runtime's worker, acted out in C
 # shows what the last run measured, on which machine and when.
 bench: all ## distautograd against the native component (C, C++, Python, torch levels); writes build/bench.json, rewrites the README's results
 	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) $(BENCH_FLAGS)
-	@if [ -n "$(TORCH_IMPLS)" ]; then $(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS); else echo "bench: no torch backend built: no torch rows"; fi
+	$(TORCH_BENCH)
 	$(GO) run ./bench -from $(BUILD)/bench.json -readme README.md
 
 generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h
@@ -265,5 +265,20 @@ torch-root: ## make (or reuse) the Debian 13 root with torch 2.6 (scripts/torch-
 test-torch: all ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, fork, launcher
 	@mkdir -p $(RESULTS)
 	$(PYTHON) scripts/unittest_progress.py --json $(RESULTS)/torch.json -s torch_backend/tests -t .
-bench-torch: all ## torch's distributed autograd natively and under the backend, alternating processes; adds level "torch" rows to build/bench.json (run after make bench)
-	$(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS)
+# Each served torch: 1.13 here, 2.6 in the Debian 13 root (made when
+# missing: needs root and debootstrap). TORCH_VERSIONS_FLAGS go to the
+# script: --no-suites leaves torch's own suites out, --versions 2.6 one torch.
+test-torch-versions: all ## the torch backend's tests and torch's own dist-autograd suites (102) under it, for every served torch (torch 1.13 here, 2.6 in a Debian 13 root)
+	$(PYTHON) scripts/test-torch-versions $(TORCH_VERSIONS_FLAGS)
+bench-torch: all ## torch's distributed autograd natively and under the backend, alternating processes, for each served torch found (2.6 in its root); adds level "torch" rows to build/bench.json (run after make bench)
+	$(TORCH_BENCH)
+
+# The torch rows: this machine's torch 1.13, then torch 2.6 in its root.
+define TORCH_BENCH
+@if [ -n "$(HAVE_LIBTORCH)" ]; then $(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS); \
+else echo "bench: no libtorch-dev: no torch 1.13 rows"; fi
+@if [ -n "$(TORCH_ROOT)" ]; then \
+  echo "scripts/torch-root run $(TORCH_ROOT_RELEASE) ... python3 bench/torchbench.py $(TORCH_BENCH_FLAGS)"; \
+  scripts/torch-root run $(TORCH_ROOT_RELEASE) --bind $(CURDIR) --cd $(CURDIR) -- python3 bench/torchbench.py $(TORCH_BENCH_FLAGS); \
+else echo "bench: no torch 2.6 root (make torch-root): no torch 2.6 rows"; fi
+endef

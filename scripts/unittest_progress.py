@@ -4,7 +4,9 @@ test module when it finishes (its counts and time), a line at once for each
 test that fails, errs or skips, the tracebacks at the end, and the counts as
 JSON for the summary of `make test` (scripts/run-tests).
 
-    unittest_progress.py [--json FILE] -s START_DIR [-t TOP_LEVEL_DIR]
+    unittest_progress.py [--json FILE] [-k PATTERN]... -s START_DIR [-t TOP_LEVEL_DIR]
+
+-k runs only the tests whose id holds PATTERN (as unittest's -k).
 
 Exit status 0 when every test passed or skipped, 1 otherwise (also when
 nothing was found: a suite that runs no test is broken).
@@ -148,10 +150,13 @@ def main() -> int:
     ap.add_argument("-t", "--top-level-directory")
     ap.add_argument("-p", "--pattern", default="test*.py")
     ap.add_argument("--json", help="write the counts here")
+    ap.add_argument("-k", dest="patterns", action="append", help="only the tests whose id holds this")
     args = ap.parse_args()
 
     if args.top_level_directory:
         sys.path.insert(0, args.top_level_directory)
+    if args.patterns:
+        unittest.defaultTestLoader.testNamePatterns = ["*%s*" % p for p in args.patterns]
     suite = unittest.defaultTestLoader.discover(args.start_directory, args.pattern, args.top_level_directory)
     out = sys.stdout
     result = ProgressResult(out)
