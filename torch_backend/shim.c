@@ -5,11 +5,10 @@
 ** The shim is preloaded into every process that inherits LD_PRELOAD
 ** (shells, compilers, data loader workers), so it is small C with no
 ** dependency but libc and loads nothing until torch calls a container
-** function: the implementation (libdistautograd_torch_impl.so, C++, linked
-** against libtorch and libdistautograd, whose Go runtime starts with it)
-** is dlopen'ed then: the one built against the loaded torch's own headers,
-** libdistautograd_torch_impl_<version>.so, picked by libtorch_cpu's
-** soname. If the loaded libtorch is not one the backend serves, or its
+** function: the implementation (C++, linked against libtorch and
+** libdistautograd, whose Go runtime starts with it) is dlopen'ed then:
+** libdistautograd_torch_impl_<version>.so, the one built against the loaded
+** torch's own headers, picked by libtorch_cpu's soname. If the loaded libtorch is not one the backend serves, or its
 ** implementation refuses it, the shim says why once on stderr and forwards
 ** every call to libtorch's own definitions: torch runs as if nothing was
 ** preloaded. */
