@@ -257,7 +257,7 @@ $(call TORCH_IMPL,1.13): $(IMPL_SOURCES)
 	$(CXX) $(call IMPL_FLAGS,1.13) -o $@
 # Compiled and linked inside the root by its own g++, against its own
 # headers, libstdc++ and libtorch; the checkout is mounted there at its path.
-$(call TORCH_IMPL,2.6): $(IMPL_SOURCES) $(TORCH_ROOT)/.distautograd-root scripts/torch-root
+$(call TORCH_IMPL,2.6): $(IMPL_SOURCES) $(if $(TORCH_ROOT),$(TORCH_ROOT)/.distautograd-root) scripts/torch-root
 	@test -n "$(TORCH_ROOT)" || { echo "no torch 2.6 root: make torch-root"; exit 1; }
 	scripts/torch-root run $(TORCH_ROOT_RELEASE) --bind $(CURDIR) --cd $(CURDIR) -- g++ $(call IMPL_FLAGS,2.6) -o $@
 torch-root: ## make (or reuse) the Debian 13 root with torch 2.6 (scripts/torch-root; needs root and debootstrap; about 2 GB)
