@@ -1,97 +1,63 @@
 """torch's own distributed-autograd test suites, composed as torch's
-test/distributed/rpc/test_tensorpipe_agent.py composes its suites
-(generate_tests over the TensorPipe fixture): DistAutogradTest,
-TensorPipeAgentDistAutogradTest, DistOptimizerTest and JitDistAutogradTest,
-102 tests in torch 1.13 and 2.6. Each test spawns its worker processes; run
-under the backend (LD_PRELOAD, inherited by every worker), each worker
-records at exit whether the backend served torch's container there, and
-the run fails unless every worker's record says it did.
+test/distributed/rpc/test_tensorpipe_agent.py composes them (which
+Debian's python3-torch does not ship; the suites it mixes are in
+torch.testing._internal): each suite with the TensorPipe agent's fixture.
 
-usage: LD_PRELOAD=build/libdistautograd_torch.so PYTHONPATH=python_bindings \\
-       python3 torch_backend/tests/torch_suites.py [--native] [unittest args]
+usage: torch_suites.py [UNITTEST ARGS] [Class.test_name ...]
+    e.g. torch_suites.py TensorPipeDistAutogradTest.test_debug_info
 
---native runs them without the backend (then no worker may be served).
-Not a unittest module of make test (it takes 15-30 minutes): make
-test-torch-versions runs it for each served torch.
+Runs under the torch backend as a user would: LD_PRELOAD of
+build/libdistautograd_torch.so, inherited by the worker processes each test
+spawns. With DISTAUTOGRAD_SUITE_SERVED=DIR, every worker process writes
+DIR/<pid> holding 1 if the backend served torch's container in it, else 0
+(distautograd.torch.active(), after its test ran, passed or not).
 """
-import glob
-import json
-import multiprocessing
-import multiprocessing.util
 import os
-import shutil
 import sys
-import tempfile
 import unittest
 
-RECORDS_ENV = "DISTAUTOGRAD_SUITE_RECORDS"
-NATIVE = "--native" in sys.argv
-if NATIVE:
-    sys.argv.remove("--native")
-# Debian 13's torch 2.6 has no libuv (env:// TCPStores need this; natively too).
-os.environ.setdefault("USE_LIBUV", "0")
+try:
+    import expecttest  # noqa: F401
+except ImportError:
+    sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_standin"))
 
-from torch.testing._internal.common_utils import run_tests  # noqa: E402
-from torch.testing._internal.distributed.rpc.dist_autograd_test import (  # noqa: E402
+from torch.testing._internal.distributed.rpc.dist_autograd_test import (
     DistAutogradTest,
     TensorPipeAgentDistAutogradTest,
 )
-from torch.testing._internal.distributed.rpc.dist_optimizer_test import DistOptimizerTest  # noqa: E402
-from torch.testing._internal.distributed.rpc.jit.dist_autograd_test import JitDistAutogradTest  # noqa: E402
-from torch.testing._internal.distributed.rpc.tensorpipe_rpc_agent_test_fixture import (  # noqa: E402
+from torch.testing._internal.distributed.rpc.dist_optimizer_test import DistOptimizerTest
+from torch.testing._internal.distributed.rpc.jit.dist_autograd_test import JitDistAutogradTest
+from torch.testing._internal.distributed.rpc.tensorpipe_rpc_agent_test_fixture import (
     TensorPipeRpcAgentTestFixture,
 )
-from torch.testing._internal.distributed.rpc_utils import generate_tests  # noqa: E402
+from torch.testing._internal.distributed.rpc_utils import generate_tests
 
 SUITES = [DistAutogradTest, DistOptimizerTest, JitDistAutogradTest, TensorPipeAgentDistAutogradTest]
-globals().update(generate_tests("TensorPipe", TensorPipeRpcAgentTestFixture, SUITES, __name__))
+SERVED_ENV = "DISTAUTOGRAD_SUITE_SERVED"
 
 
-def _record() -> None:
-    """At a worker's exit: whether the backend served its container."""
-    import distautograd.torch as dt
+def _note_served(run_test):
+    """Wraps MultiProcessTestCase.run_test (which runs in each worker) to
+    record whether the backend served that worker."""
 
-    rec = {"pid": os.getpid(), "preloaded": "libdistautograd_torch" in os.environ.get("LD_PRELOAD", ""),
-           "active": dt.active()}
-    with open(os.path.join(os.environ[RECORDS_ENV], "%d.json" % os.getpid()), "w") as f:
-        json.dump(rec, f)
+    def wrapped(self, test_name, parent_pipe):
+        try:
+            run_test(self, test_name, parent_pipe)
+        finally:
+            folder = os.environ.get(SERVED_ENV)
+            if folder:
+                import distautograd.torch
+
+                with open(os.path.join(folder, str(os.getpid())), "w") as f:
+                    f.write("1" if distautograd.torch.active() else "0")
+
+    return wrapped
 
 
-if __name__ == "__mp_main__" and os.environ.get(RECORDS_ENV):
-    # A spawned worker: multiprocessing runs these finalizers as the process ends.
-    multiprocessing.util.Finalize(None, _record, exitpriority=10)
-
-
-def main() -> int:
-    records = tempfile.mkdtemp(prefix="dat-suite-")
-    os.environ[RECORDS_ENV] = records
-    tests = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__]).countTestCases()
-    print("torch_suites: %d tests (%s), %s" % (tests, ", ".join(s.__name__ for s in SUITES),
-                                               "natively" if NATIVE else "under the backend"), flush=True)
-    code = 0
-    try:
-        run_tests()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    recs = []
-    for path in glob.glob(os.path.join(records, "*.json")):
-        with open(path) as f:
-            recs.append(json.load(f))
-    shutil.rmtree(records, True)
-    served = sum(1 for r in recs if r["active"])
-    print("torch_suites: %d worker processes recorded, %d served by distautograd" % (len(recs), served), flush=True)
-    if not recs:
-        print("torch_suites: FAIL: no worker process recorded", flush=True)
-        return code or 3
-    if served != (0 if NATIVE else len(recs)):
-        print("torch_suites: FAIL: %d of %d workers %s" % (
-            served if NATIVE else len(recs) - served, len(recs),
-            "served though native" if NATIVE else "NOT served by distautograd"), flush=True)
-        return code or 3
-    return code
-
+_classes = generate_tests("TensorPipe", TensorPipeRpcAgentTestFixture, SUITES, __name__)
+for _cls in _classes.values():
+    _cls.run_test = _note_served(_cls.run_test)
+globals().update(_classes)
 
 if __name__ == "__main__":
-    if NATIVE:
-        os.environ.pop("LD_PRELOAD", None)
-    sys.exit(main())
+    unittest.main(module=__name__, argv=sys.argv)
