@@ -2,12 +2,11 @@
 // (libdistautograd_torch_impl_<version>.so, built once per served torch,
 // against that torch's own headers: DAT_TORCH_VERSION says which). The shim
 // (shim.c) loads it on the first container call of a process whose libtorch
-// is the one it was built for,
-// and jumps here for every public member of the container and for
-// DistEngine::getDebugInfo. Each function below has the member's ABI: the
-// object (ignored: distautograd's container is process-wide, as torch's
-// singleton is) comes first, after the hidden pointer of a returned
-// shared_ptr.
+// is the one it was built for, and jumps here for every public member of
+// the container and for DistEngine::getDebugInfo. Each function below has
+// the member's ABI: the object (ignored: distautograd's container is
+// process-wide, as torch's singleton is) comes first, after the hidden
+// pointer of a returned shared_ptr.
 //
 // distautograd owns the ids, the map, every thread's current id, message
 // ids, the release fan-out and the counts. libtorch keeps its
