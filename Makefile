@@ -247,7 +247,7 @@ install: all ## install headers, library, pkg-config and CMake files, the torch 
 uninstall: ## remove what make install put under PREFIX (the same PREFIX, DESTDIR), and the folders it made
 	rm -f $(DESTDIR)$(INCLUDEDIR)/distautograd.h $(DESTDIR)$(INCLUDEDIR)/distautograd.hpp
 	rm -f $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdistautograd.so
-	rm -f $(DESTDIR)$(LIBDIR)/$(notdir $(TORCH_SHIM)) $(DESTDIR)$(LIBDIR)/$(notdir $(TORCH_IMPL:.so=))*.so
+	rm -f $(DESTDIR)$(LIBDIR)/$(notdir $(TORCH_SHIM)) $(DESTDIR)$(LIBDIR)/libdistautograd_torch_impl*.so
 	rm -f $(DESTDIR)$(BINDIR)/distautograd-torch $(addprefix $(DESTDIR)$(DATADIR)/,$(notdir $(LAUNCHER_PY)))
 	rm -f $(DESTDIR)$(PKGCONFIGDIR)/distautograd.pc
 	rm -f $(DESTDIR)$(CMAKEDIR)/distautograd-config.cmake $(DESTDIR)$(CMAKEDIR)/distautograd-config-version.cmake
@@ -278,7 +278,7 @@ demo: $(LIB) ## a training runtime's worker, acted out in C
 # machine and when.
 bench: all $(BUILD)/nooverlay/libdistautograd.so ## distautograd against the native component (C, C++, Python, torch levels); writes build/bench.json, rewrites docs/benchmarks.md's tables and README.md's headline
 	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) $(BENCH_FLAGS)
-	@if [ -f $(TORCH_IMPL) ]; then $(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS); else echo "bench: no torch backend built: no torch rows"; fi
+	$(TORCH_BENCH)
 	$(GO) run ./bench -from $(BUILD)/bench.json -tables docs/benchmarks.md -headline README.md
 
 # Go's own tests of cgo, callbacks, scheduling, preemption and system calls
@@ -297,12 +297,17 @@ clean: ## remove build outputs
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # ---- torch backend (torch_backend/): torch's own distributed autograd on distautograd ----
-# The shim (libc only) is what LD_PRELOAD names; the implementation links
-# libtorch (libtorch-dev) and libdistautograd, and the shim loads it on the
-# first container call. Without libtorch-dev only the shim is built (it then
-# says so and leaves torch native).
+# The shim (libc only) is what LD_PRELOAD names; an implementation per
+# served torch links that libtorch and libdistautograd, built against that
+# torch's own headers, and the shim loads the one for the torch it finds
+# (by libtorch_cpu's soname) on the first container call. torch 1.13 is
+# this machine's (libtorch-dev); torch 2.6 is Debian 13's, built in a root
+# scripts/torch-root makes (make torch-root), when it is there. Without
+# either only the shim is built (it then says so and leaves torch native).
 TORCH_SHIM  := $(BUILD)/libdistautograd_torch.so
-TORCH_IMPL  := $(BUILD)/libdistautograd_torch_impl.so
+# The served versions are symbols.h's (the shim's list).
+TORCH_VERSIONS := $(shell sed -n 's/^\#define DAT_TORCH_VERSIONS(X) //p' torch_backend/symbols.h | grep -o '[0-9.]*')
+TORCH_IMPL   = $(BUILD)/libdistautograd_torch_impl_$(1).so
 TORCH_SO    ?= /usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13
 TORCH_INC   ?= /usr/include/torch
 HAVE_LIBTORCH := $(shell test -e $(TORCH_SO) && test -d $(TORCH_INC)/csrc/distributed/rpc && echo yes)
@@ -312,8 +317,21 @@ HAVE_LIBTORCH := $(shell test -e $(TORCH_SO) && test -d $(TORCH_INC)/csrc/distri
 LAUNCHER_PY  := python_bindings/distautograd/_launch.py python_bindings/distautograd/_process.py
 LAUNCHER     := $(BUILD)/distautograd-torch
 LAUNCHER_SUBST = sed -e 's|@LAUNCHERDIR@|$(1)|g' -e 's|@LIBDIR@|$(2)|g' packaging/distautograd-torch.in
-.PHONY: torch-backend test-torch bench-torch
-torch-backend: $(TORCH_SHIM) $(LAUNCHER) $(if $(HAVE_LIBTORCH),$(TORCH_IMPL)) ## build/libdistautograd_torch.so (+ _impl.so with libtorch-dev), build/distautograd-torch
+# torch 2.6: Debian 13 (trixie)'s python3-torch, in a root under
+# $DISTAUTOGRAD_TORCH_ROOTS (default ~/.cache/distautograd/roots).
+TORCH_ROOT_RELEASE := trixie
+TORCH_ROOT  := $(shell scripts/torch-root path $(TORCH_ROOT_RELEASE) 2>/dev/null)
+TORCH_IMPLS := $(if $(HAVE_LIBTORCH),$(call TORCH_IMPL,1.13)) $(if $(TORCH_ROOT),$(call TORCH_IMPL,2.6))
+IMPL_SOURCES := torch_backend/impl.cpp torch_backend/symbols.h torch_backend/impl.map include/distautograd.h $(LIB)
+# torch 1.13 logs through glog (its impl writes two of torch's log lines
+# through it); Debian's torch 2.6 is built without glog (c10 logs itself).
+IMPL_LIBS_1.13 := -lglog
+IMPL_FLAGS  = -std=c++20 -O2 -fPIC -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude \
+  -DDAT_TORCH_VERSION='"$(1)"' -isystem /usr/include/torch/csrc/api/include -shared torch_backend/impl.cpp \
+  -Wl,--version-script=torch_backend/impl.map -Wl,-z,now -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' \
+  -L$(BUILD) -ldistautograd -l:libtorch_cpu.so.$(1) -l:libc10.so.$(1) $(IMPL_LIBS_$(1))
+.PHONY: torch-backend torch-root test-torch test-torch-versions bench-torch
+torch-backend: $(TORCH_SHIM) $(LAUNCHER) $(TORCH_IMPLS) ## build/libdistautograd_torch.so, build/distautograd-torch and an implementation per torch found (1.13: libtorch-dev; 2.6: make torch-root)
 $(LAUNCHER): packaging/distautograd-torch.in $(LAUNCHER_PY)
 	@mkdir -p $(BUILD)/launcher
 	cp $(LAUNCHER_PY) $(BUILD)/launcher/
@@ -323,12 +341,32 @@ $(TORCH_SHIM): torch_backend/shim.S torch_backend/shim.c torch_backend/symbols.h
 	@mkdir -p $(BUILD)
 	$(CC) -std=gnu11 -O2 -fPIC -Wall -Wextra -Werror -shared -o $@ torch_backend/shim.S torch_backend/shim.c \
 	  -Wl,--version-script=torch_backend/shim.map -Wl,-z,now -Wl,-z,noexecstack
-$(TORCH_IMPL): torch_backend/impl.cpp torch_backend/symbols.h torch_backend/impl.map include/distautograd.h $(LIB)
-	$(CXX) -std=c++20 -O2 -fPIC -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude -isystem $(TORCH_INC)/csrc/api/include -shared -o $@ torch_backend/impl.cpp \
-	  -Wl,--version-script=torch_backend/impl.map -Wl,-z,now -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' \
-	  -L$(BUILD) -ldistautograd -l:$(notdir $(TORCH_SO)) -l:libc10.so.1.13 -lglog
+$(call TORCH_IMPL,1.13): $(IMPL_SOURCES)
+	$(CXX) $(call IMPL_FLAGS,1.13) -o $@
+# Compiled and linked inside the root by its own g++, against its own
+# headers, libstdc++ and libtorch; the checkout is mounted there at its path.
+$(call TORCH_IMPL,2.6): $(IMPL_SOURCES) $(if $(TORCH_ROOT),$(TORCH_ROOT)/.distautograd-root) scripts/torch-root
+	@test -n "$(TORCH_ROOT)" || { echo "no torch 2.6 root: make torch-root"; exit 1; }
+	scripts/torch-root run $(TORCH_ROOT_RELEASE) --bind $(CURDIR) --cd $(CURDIR) -- g++ $(call IMPL_FLAGS,2.6) -o $@
+torch-root: ## make (or reuse) the Debian 13 root with torch 2.6 (scripts/torch-root; needs root and debootstrap; about 2 GB)
+	scripts/torch-root make $(TORCH_ROOT_RELEASE)
 test-torch: all ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, reaper, fork, launcher, faults across network namespaces (needs root)
 	@mkdir -p $(RESULTS)
 	$(PYTHON) scripts/unittest_progress.py --each-test --json $(RESULTS)/torch.json -s torch_backend/tests -t .
-bench-torch: all ## torch's distributed autograd natively and under the backend, alternating processes; adds level "torch" rows to build/bench.json (run after make bench)
-	$(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS)
+# Each served torch: 1.13 here, 2.6 in the Debian 13 root (made when
+# missing: needs root and debootstrap). TORCH_VERSIONS_FLAGS go to the
+# script: --no-suites leaves torch's own suites out, --versions 2.6 one torch.
+test-torch-versions: all ## the torch backend's tests and torch's own dist-autograd suites (102) under it, for every served torch (torch 1.13 here, 2.6 in a Debian 13 root)
+	$(PYTHON) scripts/test-torch-versions $(TORCH_VERSIONS_FLAGS)
+bench-torch: all ## torch's distributed autograd natively and under the backend, alternating processes, for each served torch found (2.6 in its root); adds level "torch" rows to build/bench.json (run after make bench)
+	$(TORCH_BENCH)
+
+# The torch rows: this machine's torch 1.13, then torch 2.6 in its root.
+define TORCH_BENCH
+@if [ -n "$(HAVE_LIBTORCH)" ]; then $(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS); \
+else echo "bench: no libtorch-dev: no torch 1.13 rows"; fi
+@if [ -n "$(TORCH_ROOT)" ]; then \
+  echo "scripts/torch-root run $(TORCH_ROOT_RELEASE) ... python3 bench/torchbench.py $(TORCH_BENCH_FLAGS)"; \
+  scripts/torch-root run $(TORCH_ROOT_RELEASE) --bind $(CURDIR) --cd $(CURDIR) -- python3 bench/torchbench.py $(TORCH_BENCH_FLAGS); \
+else echo "bench: no torch 2.6 root (make torch-root): no torch 2.6 rows"; fi
+endef

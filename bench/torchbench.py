@@ -9,9 +9,13 @@ each operation in CHUNKS runs and keeps the fastest (other load on a shared
 machine only ever adds time); the figure of a side is the median over its
 processes (jobs), whose figures the row keeps as its samples (the report
 draws the ratio's interval from them). Rows go into build/bench.json with
-level "torch" (replacing earlier torch rows; the other levels' rows stay).
+level "torch" and the torch version the interpreter has ("torch": "1.13",
+"2.6"; a torch other than the host's has its version in each row's label),
+replacing earlier rows of that torch; the other rows stay. make bench-torch
+runs it with the host's torch 1.13, then inside the Debian 13 root with its
+torch 2.6 (scripts/torch-root).
 
-usage: /usr/bin/python3 bench/torchbench.py [--procs N]   (N processes a side, default 7)
+usage: python3 bench/torchbench.py [--procs N]   (N processes a side, default 7)
 """
 import json
 import os
@@ -25,6 +29,8 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 BUILD = os.path.join(ROOT, "build")
 
 CHUNKS = 3
+#: This machine's torch (Debian 12's): its rows' labels are the operations alone.
+HOST_TORCH = "1.13"
 
 
 def fastest(fn, n):
@@ -151,13 +157,17 @@ def run_job(env):
 
 
 def main():
+    import torch
+
+    version = ".".join(torch.__version__.split(".")[:2])
     procs = 7
     if "--procs" in sys.argv:
         procs = int(sys.argv[sys.argv.index("--procs") + 1])
     results = {False: [], True: []}
     for i in range(2 * procs):
         backend = (i % 2 == 1) if (i // 2) % 2 == 0 else (i % 2 == 0)  # ABBA order
-        env = dict(os.environ, GLOG_minloglevel="2")
+        # USE_LIBUV=0: Debian 13's torch 2.6 has no libuv for env://.
+        env = dict(os.environ, GLOG_minloglevel="2", USE_LIBUV="0")
         env.pop("LD_PRELOAD", None)
         if backend:
             env["LD_PRELOAD"] = os.path.join(BUILD, "libdistautograd_torch.so")
@@ -187,7 +197,8 @@ def main():
     # headline are rendered from it (go run ./bench -from build/bench.json
     # -tables docs/benchmarks.md -headline README.md).
     for r in rows:
-        r["label"] = r["op"]
+        r["torch"] = version
+        r["label"] = r["op"] if version == HOST_TORCH else "%s (torch %s)" % (r["op"], version)
         r["distautograd_call"] = "torch under the backend (distautograd-torch)"
         r["native_call"] = "torch as built (its own container)"
     path = os.path.join(BUILD, "bench.json")
@@ -198,7 +209,8 @@ def main():
         report = {}
     if not isinstance(report, dict):
         report = {}
-    report["rows"] = [r for r in report.get("rows", []) if r.get("level") != "torch"] + rows
+    report["rows"] = [r for r in report.get("rows", [])
+                      if r.get("level") != "torch" or r.get("torch", HOST_TORCH) != version] + rows
     os.makedirs(BUILD, exist_ok=True)
     with open(path, "w") as f:
         json.dump(report, f, indent=1)

@@ -122,6 +122,20 @@ def platform_tag(files: List[str]) -> str:
     return "manylinux_%d_%d_%s" % (newest[0], newest[1] if len(newest) > 1 else 0, arch)
 
 
+def tagged(shared: List[Tuple[str, str]]) -> List[str]:
+    """The files of bundled() the platform tag is computed from: all but
+    the torch backend's implementations, of which only the one that needs
+    the oldest glibc. Each implementation is loaded only beside its own
+    torch (libtorch_cpu.so.<version>), on a system whose glibc that torch
+    was built for; the wheel installs wherever one of them can run (torch
+    2.6's, built on Debian 13, needs a glibc Debian 12 lacks)."""
+    impls = [p for n, p in shared if n.startswith(TORCH_IMPLS[:-len("*.so")])]
+    rest = [p for n, p in shared if not n.startswith(TORCH_IMPLS[:-len("*.so")])]
+    if impls:
+        rest.append(min(impls, key=lambda p: glibc_needed(p) or ()))
+    return rest
+
+
 def bundled(lib_path: str) -> List[Tuple[str, str]]:
     """(name in the package, path here) of the shared objects the wheel
     carries: the library once, under its soname; and the torch backend
@@ -137,8 +151,7 @@ def bundled(lib_path: str) -> List[Tuple[str, str]]:
 
 
 def wheel_name(lib: Optional[str] = None) -> str:
-    files = [p for _, p in bundled(library(lib))]
-    return "%s-%s-py3-none-%s.whl" % (NAME, version(), platform_tag(files))
+    return "%s-%s-py3-none-%s.whl" % (NAME, version(), platform_tag(tagged(bundled(library(lib)))))
 
 
 def library(explicit: Optional[str] = None) -> str:
@@ -219,7 +232,7 @@ def build(out_dir: str, lib: Optional[str] = None) -> str:
     for name, path in shared:
         with open(path, "rb") as f:  # follows the .so -> .so.X -> .so.X.Y.Z links
             entries[NAME + "/" + name] = (f.read(), 0o755)
-    tag = platform_tag([p for _, p in shared])
+    tag = platform_tag(tagged(shared))
     entries[dist_info + "/entry_points.txt"] = (ENTRY_POINTS.encode("utf-8"), 0o644)
     entries[dist_info + "/METADATA"] = (metadata().encode("utf-8"), 0o644)
     entries[dist_info + "/WHEEL"] = (wheel_file(tag).encode("utf-8"), 0o644)
@@ -270,7 +283,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(wheel_name(args.library))
         return 0
     if args.tag:
-        print(platform_tag([p for _, p in bundled(library(args.library))]))
+        print(platform_tag(tagged(bundled(library(args.library)))))
         return 0
     name = build(args.out_dir, args.library)
     print(os.path.join(args.out_dir, name))

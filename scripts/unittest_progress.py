@@ -5,7 +5,9 @@ test that fails, errs or skips (with --each-test, a line as each test
 ends), the tracebacks at the end, and the counts and the failed tests as
 JSON for the summary of `make test` (scripts/run-tests).
 
-    unittest_progress.py [--json FILE] [--each-test] -s START_DIR [-t TOP_LEVEL_DIR]
+    unittest_progress.py [--json FILE] [--each-test] [-k PATTERN]... -s START_DIR [-t TOP_LEVEL_DIR]
+
+-k runs only the tests whose id holds PATTERN (as unittest's -k).
 
 Exit status 0 when every test passed or skipped, 1 otherwise (also when
 nothing was found: a suite that runs no test is broken).
@@ -159,10 +161,13 @@ def main() -> int:
     ap.add_argument("--json", help="write the counts here")
     ap.add_argument("--each-test", action="store_true",
                     help="also a line as each test ends (for suites whose modules run for minutes)")
+    ap.add_argument("-k", dest="patterns", action="append", help="only the tests whose id holds this")
     args = ap.parse_args()
 
     if args.top_level_directory:
         sys.path.insert(0, args.top_level_directory)
+    if args.patterns:
+        unittest.defaultTestLoader.testNamePatterns = ["*%s*" % p for p in args.patterns]
     suite = unittest.defaultTestLoader.discover(args.start_directory, args.pattern, args.top_level_directory)
     out = sys.stdout
     result = ProgressResult(out, each_test=args.each_test)

@@ -1,11 +1,13 @@
-// impl.cpp: torch 1.13's DistAutogradContainer served by distautograd
-// (libdistautograd_torch_impl.so). The shim (shim.c) loads it on the first
-// container call of a process whose libtorch is the one it was built for,
-// and jumps here for every public member of the container. Each function
-// below has the member's ABI: the object (ignored: distautograd's container
-// is process-wide, as torch's singleton is) comes first, after the hidden
-// pointer of a returned shared_ptr. (DistEngine::getDebugInfo stays
-// libtorch's: it reads the container through these members.)
+// impl.cpp: torch's DistAutogradContainer served by distautograd
+// (libdistautograd_torch_impl_<version>.so, built once per served torch,
+// against that torch's own headers: DAT_TORCH_VERSION says which). The shim
+// (shim.c) loads it on the first container call of a process whose libtorch
+// is the one it was built for, and jumps here for every public member of
+// the container. Each function below has the member's ABI: the object
+// (ignored: distautograd's container is process-wide, as torch's singleton
+// is) comes first, after the hidden pointer of a returned shared_ptr.
+// (DistEngine::getDebugInfo stays libtorch's: it reads the container
+// through these members.)
 //
 // distautograd owns the ids, the map, every thread's current id, message
 // ids, the release fan-out and the counts. libtorch keeps its
@@ -35,15 +37,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <string>
+#include <type_traits>
 #include <thread>
 #include <unordered_set>
 #include <vector>
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
+#include <torch/csrc/api/include/torch/version.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
 #include <torch/csrc/distributed/rpc/rpc_command_base.h>
 
@@ -51,11 +57,33 @@
 
 #include "symbols.h"
 
+#ifndef DAT_TORCH_VERSION
+#error "DAT_TORCH_VERSION (the torch release this is built for, \"2.6\") must be defined: see the Makefile"
+#endif
+
+// The headers are the named torch's: an implementation built against one
+// torch's headers and named for another would be loaded for the wrong one.
+constexpr bool same_text(const char* a, const char* b) {
+  return *a == *b && (*a == 0 || same_text(a + 1, b + 1));
+}
+#define DAT_STR2(x) #x
+#define DAT_STR(x) DAT_STR2(x)
+static_assert(same_text(DAT_TORCH_VERSION, DAT_STR(TORCH_VERSION_MAJOR) "." DAT_STR(TORCH_VERSION_MINOR)),
+              "DAT_TORCH_VERSION is not the version of the torch headers this is compiled against");
+
+#if __has_include(<torch/csrc/distributed/autograd/context/container.h>)
+// torch 2.x's libtorch-dev installs the classes' own headers.
+#define DAT_TORCH_HEADERS 1
+#include <torch/csrc/distributed/autograd/context/container.h>
+#include <torch/csrc/distributed/autograd/context/context.h>
+#include <torch/csrc/distributed/autograd/rpc_messages/cleanup_autograd_context_req.h>
+#else
+#define DAT_TORCH_HEADERS 0
 namespace torch {
 namespace distributed {
 namespace autograd {
 
-// torch 1.13's, which libtorch-dev does not install: restated from
+// torch 1.13's, which its libtorch-dev does not install: restated from
 // torch/csrc/distributed/autograd/context/context.h and
 // rpc_messages/cleanup_autograd_context_req.h. Only the exported members
 // are called; a DistAutogradContext is only ever held by shared_ptr (its
@@ -81,6 +109,7 @@ class CleanupAutogradContextReq : public rpc::RpcCommandBase {
 }  // namespace autograd
 }  // namespace distributed
 }  // namespace torch
+#endif
 
 // libtorch's control block for make_shared<DistAutogradContext>: its vtable
 // (exported, weak), whose third slot, _M_dispose(this), destroys the object
@@ -140,12 +169,29 @@ thread_local int64_t told_reaped = DAC_INVALID_ID;
   std::abort();
 }
 
-// torch's own log lines (glog), written as torch 1.13's container.cpp
+// torch's own log lines, written as the served torch's container.cpp
 // writes them, its file and line included: stderr, and whatever filters it
-// (GLOG_minloglevel...), sees what it sees natively.
+// (GLOG_minloglevel with 1.13's glog, TORCH_CPP_LOG_LEVEL with 2.6's c10
+// logging), sees what it sees natively. torch 1.13 logs through glog;
+// Debian's torch 2.6 is built without it (c10 writes the line itself).
 constexpr const char* kTorchContainerFile = "./torch/csrc/distributed/autograd/context/container.cpp";
+#if TORCH_VERSION_MAJOR < 2
 constexpr int kLineAlreadyInitialized = 52;  // LOG(INFO) in init()
 constexpr int kLineCouldNotRelease = 256;    // LOG(ERROR) in sendReleaseContextRpc's callback
+#else
+// Debian 13's libtorch_cpu.so.2.6's (its c10::MessageLogger calls).
+constexpr int kLineAlreadyInitialized = 50;
+constexpr int kLineCouldNotRelease = 254;
+#endif
+#ifdef C10_USE_GLOG
+using TorchLog = google::LogMessage;
+constexpr auto kTorchInfo = google::GLOG_INFO;
+constexpr auto kTorchError = google::GLOG_ERROR;
+#else
+using TorchLog = c10::MessageLogger;
+constexpr auto kTorchInfo = c10::GLOG_INFO;
+constexpr auto kTorchError = c10::GLOG_ERROR;
+#endif
 
 inline void check(int rc) {
   if (__builtin_expect(rc != DAC_OK, 0))
@@ -251,7 +297,7 @@ int send_cleanup(void*, int32_t worker, int64_t context_id) {
         counts.cleanup_delivered.fetch_add(1, std::memory_order_relaxed);
       } else {
         counts.cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
-        google::LogMessage(kTorchContainerFile, kLineCouldNotRelease, google::GLOG_ERROR).stream()
+        TorchLog(kTorchContainerFile, kLineCouldNotRelease, kTorchError).stream()
             << "Could not release Dist Autograd Context on node " << worker << ": " << f.tryRetrieveErrorMessage();
       }
     });
@@ -314,7 +360,7 @@ void* m_init(int64_t worker_id) {
   const bool again = dac_worker_id(&w) == DAC_OK;  // two first inits racing: neither logs
   check(dac_init(worker_id));
   if (again)
-    google::LogMessage(kTorchContainerFile, kLineAlreadyInitialized).stream()
+    TorchLog(kTorchContainerFile, kLineAlreadyInitialized, kTorchInfo).stream()
         << "DistAutogradContainer is already initialized";
   ensure_torch_container(worker_id);
   return instance.load(std::memory_order_acquire);
@@ -446,9 +492,57 @@ int64_t m_currentContextId() {
   return dac_current_context_id(&id) == DAC_OK ? id : -1;
 }
 
+#if DAT_TORCH_HEADERS
+// Where the torch's own headers are there, the compiler checks what the
+// backend assumes of them: each member it serves has the ABI of the
+// function serving it (the object first, as a pointer; a returned reference
+// to the container as a pointer; newContext's const on the shared_ptr it
+// returns by value changes no ABI), and a context fits the room a Box has.
+template <typename F>
+struct Abi;
+template <typename T>
+using Ret = std::conditional_t<std::is_same_v<T, ta::DistAutogradContainer&>, void*, std::remove_const_t<T>>;
+template <typename R, typename... A>
+struct Abi<R (*)(A...)> {
+  using type = Ret<R> (*)(A...);
+};
+template <typename R, typename... A>
+struct Abi<R (ta::DistAutogradContainer::*)(A...)> {
+  using type = Ret<R> (*)(void*, A...);
+};
+template <typename R, typename... A>
+struct Abi<R (ta::DistAutogradContainer::*)(A...) const> {
+  using type = Ret<R> (*)(const void*, A...);
+};
+#define DAT_SAME_ABI(member)                                                                              \
+  static_assert(std::is_same_v<Abi<decltype(&ta::DistAutogradContainer::member)>::type, decltype(&m_##member)>, \
+                "m_" #member " does not have the ABI of DistAutogradContainer::" #member " in this torch's headers")
+DAT_SAME_ABI(init);
+DAT_SAME_ABI(getInstance);
+DAT_SAME_ABI(newContext);
+DAT_SAME_ABI(releaseContext);
+DAT_SAME_ABI(releaseContextIfPresent);
+DAT_SAME_ABI(isValidContext);
+DAT_SAME_ABI(retrieveContext);
+DAT_SAME_ABI(currentContext);
+DAT_SAME_ABI(hasValidContext);
+DAT_SAME_ABI(newAutogradMessageId);
+DAT_SAME_ABI(getOrCreateContext);
+DAT_SAME_ABI(getMaxId);
+DAT_SAME_ABI(getWorkerId);
+DAT_SAME_ABI(setCurrentContextId);
+DAT_SAME_ABI(forceCurrentContextId);
+DAT_SAME_ABI(clearCurrentContext);
+DAT_SAME_ABI(numAutogradContexts);
+DAT_SAME_ABI(currentContextId);
+static_assert(std::is_same_v<ta::ContextPtr, ContextPtr>);
+static_assert(sizeof(ta::DistAutogradContext) <= kContextRoom && alignof(ta::DistAutogradContext) <= 16,
+              "a DistAutogradContext of this torch does not fit the room a Box has for one");
+#endif
+
 std::atomic<bool> started{false};
 
-// Whether a context behaves as torch 1.13's: it reports the id it was made
+// Whether a context behaves as torch's: it reports the id it was made
 // with, and known workers as they are added.
 bool behaves(ta::DistAutogradContext* c, int64_t id) {
   if (c == nullptr || c->contextId() != id || !c->getKnownWorkerIds().empty())
@@ -503,8 +597,8 @@ bool probe(const char* simulate, char* why, size_t cap) {
     if (failed == nullptr && simulate != nullptr && strcmp(simulate, "layout") == 0)
       failed = "simulated";
     if (failed != nullptr)
-      snprintf(why, cap, "libtorch's DistAutogradContext does not behave as in the torch 1.13 build this backend "
-                         "was made for (run-time layout check: %s)", failed);
+      snprintf(why, cap, "libtorch's DistAutogradContext does not behave as in the torch " DAT_TORCH_VERSION
+                         " build this backend was made for (run-time layout check: %s)", failed);
     return failed == nullptr;
   } catch (const std::exception& e) {
     snprintf(why, cap, "the run-time check of libtorch failed: %s", e.what());
@@ -517,6 +611,11 @@ bool probe(const char* simulate, char* why, size_t cap) {
 extern "C" __attribute__((visibility("default"))) int dat_impl_start(dat_start_args* a) {
   if (a == nullptr || a->abi != DAT_ABI)
     return 1;
+  if (a->torch == nullptr || strcmp(a->torch, DAT_TORCH_VERSION) != 0) {
+    snprintf(a->why, a->why_cap, "the implementation for torch " DAT_TORCH_VERSION " was given torch %s",
+             a->torch ? a->torch : "(none)");
+    return 1;
+  }
   real.init = reinterpret_cast<decltype(real.init)>(a->real[0]);
   real.getInstanceInternal = reinterpret_cast<decltype(real.getInstanceInternal)>(a->real[18]);
   real.getOrCreateContext = reinterpret_cast<decltype(real.getOrCreateContext)>(a->real[10]);

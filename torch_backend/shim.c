@@ -5,11 +5,13 @@
 ** The shim is preloaded into every process that inherits LD_PRELOAD
 ** (shells, compilers, data loader workers), so it is small C with no
 ** dependency but libc and loads nothing until torch calls a container
-** function: the implementation (libdistautograd_torch_impl.so, C++, linked
-** against libtorch and libdistautograd, whose Go runtime starts with it)
-** is dlopen'ed then. If the loaded libtorch is not the build the backend
-** was made for, the shim says why once on stderr and forwards every call
-** to libtorch's own definitions: torch runs as if nothing was preloaded. */
+** function: the implementation (C++, linked against libtorch and
+** libdistautograd, whose Go runtime starts with it) is dlopen'ed then:
+** libdistautograd_torch_impl_<version>.so, the one built against the loaded
+** torch's own headers, picked by libtorch_cpu's soname. If the loaded libtorch is not one the backend serves, or its
+** implementation refuses it, the shim says why once on stderr and forwards
+** every call to libtorch's own definitions: torch runs as if nothing was
+** preloaded. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
@@ -32,7 +34,10 @@ DAT_SYMBOLS(X_DECL)
 /* Our own entries, to tell libtorch's definitions from ours. */
 static void *const own[DAT_NSYMS] = {DAT_SYMBOLS(X_ADDR)};
 
-#define EXPECTED_SONAME "libtorch_cpu.so.1.13"
+#define X_STR(v) v,
+/* The torch versions served, each with its implementation. */
+static const char *const served[] = {DAT_TORCH_VERSIONS(X_STR)};
+#define NSERVED (sizeof served / sizeof served[0])
 
 static void *real[DAT_NSYMS];
 static pthread_once_t found_once = PTHREAD_ONCE_INIT, decided_once = PTHREAD_ONCE_INIT;
@@ -134,10 +139,19 @@ static void decide(void) {
 	}
 	const char *so = soname_of(torch_handle);
 	if (sim != NULL && strcmp(sim, "soname") == 0)
-		so = "libtorch_cpu.so.0.0 (simulated)";
-	if (so == NULL || strcmp(so, EXPECTED_SONAME) != 0) {
-		snprintf(why, sizeof why, "the loaded libtorch (%s, soname %s) is not the build this backend was made for (%s)",
-		         torch_path, so ? so : "none", EXPECTED_SONAME);
+		so = DAT_TORCH_SONAME_PREFIX "0.0 (simulated)";
+	/* "libtorch_cpu.so.<version>": the torch release it belongs to. */
+	const char *version = NULL;
+	size_t plen = strlen(DAT_TORCH_SONAME_PREFIX);
+	for (size_t i = 0; so != NULL && i < NSERVED; i++)
+		if (strncmp(so, DAT_TORCH_SONAME_PREFIX, plen) == 0 && strcmp(so + plen, served[i]) == 0)
+			version = served[i];
+	if (version == NULL) {
+		char list[256] = "";
+		for (size_t i = 0; i < NSERVED; i++)
+			snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", served[i]);
+		snprintf(why, sizeof why, "the loaded libtorch (%s, soname %s) is not a torch this backend serves (torch %s)",
+		         torch_path, so ? so : "none", list);
 		go_inert(why);
 		return;
 	}
@@ -147,23 +161,26 @@ static void decide(void) {
 		go_inert(why);
 		return;
 	}
-	/* The implementation lives beside the shim. */
+	/* The implementation for this torch lives beside the shim. */
 	Dl_info self;
 	char path[4096];
 	dladdr((void *)own[0], &self);
 	snprintf(path, sizeof path, "%s", self.dli_fname);
 	char *slash = strrchr(path, '/');
 	snprintf(slash ? slash + 1 : path, sizeof path - (size_t)(slash ? slash + 1 - path : 0),
-	         "libdistautograd_torch_impl.so");
+	         "libdistautograd_torch_impl_%s.so", version);
 	void *impl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (impl == NULL) {
-		snprintf(why, sizeof why, "cannot load %s: %s", path, dlerror());
+		snprintf(why, sizeof why, "cannot load %s, the implementation for torch %s: %s", path, version, dlerror());
 		go_inert(why);
 		return;
 	}
 	int (*start)(dat_start_args *) = (int (*)(dat_start_args *))dlsym(impl, "dat_impl_start");
 	void *serve[DAT_NSYMS] = {0};
-	dat_start_args args = {DAT_ABI, real, serve, why, sizeof why, sim};
+	/* The implementation checks that this is the torch it was built for
+	** (simulated: another's, to see it refuse). */
+	const char *told = sim != NULL && strcmp(sim, "impl") == 0 ? "0.0 (simulated)" : version;
+	dat_start_args args = {DAT_ABI, real, serve, why, sizeof why, sim, told};
 	if (start == NULL) {
 		snprintf(why, sizeof why, "%s has no dat_impl_start", path);
 		go_inert(why);

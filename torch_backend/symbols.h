@@ -1,4 +1,4 @@
-/* symbols.h: the torch 1.13 functions the backend defines, as an X-macro:
+/* symbols.h: the torch functions the backend defines, as an X-macro:
 ** DAT_SYM(index, name, mangled). Every member of DistAutogradContainer
 ** (both constructor symbols share one entry). DistEngine::getDebugInfo stays
 ** libtorch's: it reads the container through its public members (through
@@ -46,6 +46,15 @@
 ** whose only caller then is that check (a fresh context, no known workers). */
 #define DAT_IDX_SEND_RELEASE 21
 
+/* The torch releases served, by the version in libtorch_cpu's soname
+** (libtorch_cpu.so.1.13, libtorch_cpu.so.2.6): each has its
+** implementation, libdistautograd_torch_impl_<version>.so, built against
+** that torch's own headers (the Makefile's TORCH_VERSIONS builds them;
+** distautograd._launch.SERVED_TORCH lists them for the launcher). All of
+** them export every symbol above. */
+#define DAT_TORCH_VERSIONS(X) X("1.13") X("2.6")
+#define DAT_TORCH_SONAME_PREFIX "libtorch_cpu.so."
+
 #ifndef __ASSEMBLER__
 /* What the shim gives the implementation (impl.cpp): libtorch's own
 ** definitions, and where the implementation's entries go. */
@@ -56,6 +65,7 @@ typedef struct dat_start_args {
 	char *why;               /* a reason to stay inert, if it fails */
 	unsigned long why_cap;
 	const char *simulate;    /* DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH, or NULL */
+	const char *torch;       /* the loaded torch's version, from its soname ("2.6") */
 } dat_start_args;
 #define DAT_ABI 2
 #endif

@@ -32,8 +32,9 @@ except ImportError:  # the installed distautograd-torch script: _process lies be
 
 #: The torch versions the backend serves (a version is served when it is one
 #: of these or starts with one and a dot). The one list: the launcher, `python
-#: -m distautograd` and the docs' checks read it.
-SERVED_TORCH = ("1.13",)
+#: -m distautograd`, the tests and the docs' checks read it (torch_backend/
+#: symbols.h's DAT_TORCH_VERSIONS, the shim's, is the same: a test ties the two).
+SERVED_TORCH = ("1.13", "2.6")
 
 #: Names the backend's shim explicitly (else the launcher's library folder,
 #: the package's folder, the checkout's build/).
@@ -86,7 +87,7 @@ def served_text() -> str:
 
 def impl_files(folder: str) -> List[str]:
     """The backend's implementations in folder: one per torch it was built for."""
-    return sorted(glob.glob(os.path.join(folder, _process.IMPL_NAME[:-len(".so")] + "*.so")))
+    return sorted(glob.glob(os.path.join(folder, _process.IMPL_PREFIX + "*.so")))
 
 
 def library_path(library_dir: Optional[str] = None) -> str:
@@ -109,7 +110,7 @@ def library_path(library_dir: Optional[str] = None) -> str:
     folder = os.path.dirname(shim)
     if not impl_files(folder):
         raise UsageError("%s lacks %s beside it: the backend was built without libtorch-dev, or partly; "
-                         "install libtorch-dev and run `make`" % (shim, _process.IMPL_NAME))
+                         "install libtorch-dev and run `make`" % (shim, _process.IMPL_PREFIX + "<torch>.so"))
     if not os.path.isfile(os.path.join(folder, _process.SONAME)):
         raise UsageError("%s lacks %s beside it: run `make` (or `make install`) again" % (shim, _process.SONAME))
     return shim
@@ -183,9 +184,10 @@ def _instead(prefix: str, path: str, argv: List[str], env: Dict[str, str]) -> st
            "for %s)" % SYSTEM_PYTHON
 
 
-def judge(argv: List[str], env: Dict[str, str]) -> Tuple[str, str]:
+def judge(argv: List[str], env: Dict[str, str]) -> Tuple[str, str, Optional[str]]:
     """Resolves the command; raises UsageError when it cannot run under the
-    backend. Returns (the path to exec, what was found: for --check)."""
+    backend. Returns (the path to exec, what was found: for --check, the
+    command's torch version: None for a program that is not Python's)."""
     name = argv[0]
     path = name if "/" in name else shutil.which(name, path=env.get("PATH", os.defpath))
     if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
@@ -197,7 +199,7 @@ def judge(argv: List[str], env: Dict[str, str]) -> Tuple[str, str]:
         raise UsageError("%s: command not found" % name)
     python = python_of(path, env)
     if python is None:
-        return path, "%s is not a Python program: not checked (torch's first container call is)" % path
+        return path, "%s is not a Python program: not checked (torch's first container call is)" % path, None
     executable, version, prefix = _probe(python, env)
     runs = name if python == path else "%s (a %s program)" % (name, python)
     if version is None:
@@ -207,7 +209,7 @@ def judge(argv: List[str], env: Dict[str, str]) -> Tuple[str, str]:
         raise UsageError("%s runs %s, whose torch is %s; the backend serves torch %s only: run the command without "
                          "distautograd-torch (torch then keeps its own container), or: %s"
                          % (runs, executable, version, served_text(), _instead(prefix, path, argv, env)))
-    return path, "torch %s for %s" % (version, executable)
+    return path, "torch %s for %s" % (version, executable), version
 
 
 USAGE = """usage: distautograd-torch [--check] COMMAND [ARGS...]
@@ -217,7 +219,8 @@ Runs COMMAND with torch's distributed autograd served by distautograd
 (LD_PRELOAD of the torch backend; every process COMMAND starts inherits it).
 COMMAND is checked first: the Python it runs must have torch %s
 (Debian 12's is %s). --check only checks (COMMAND defaults to python3)
-and prints the library's path.""" % (served_text(), SYSTEM_PYTHON)
+and prints the library's path. USE_LIBUV=0 is set for COMMAND unless set
+or its torch is 1.x (Debian 13's torch 2.6 has no libuv for its TCPStore).""" % (served_text(), SYSTEM_PYTHON)
 
 
 def main(argv: Optional[List[str]] = None, library_dir: Optional[str] = None) -> int:
@@ -244,7 +247,7 @@ def main(argv: Optional[List[str]] = None, library_dir: Optional[str] = None) ->
     env = dict(os.environ)
     try:
         shim = library_path(library_dir)
-        path, found = judge(args or ["python3"], env)
+        path, found, version = judge(args or ["python3"], env)
     except UsageError as e:
         print("distautograd-torch: %s" % e, file=sys.stderr)
         return 127 if str(e).endswith(("command not found", "nor a command of that name")) else 2
@@ -253,5 +256,11 @@ def main(argv: Optional[List[str]] = None, library_dir: Optional[str] = None) ->
         return 0
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p != shim]
     env["LD_PRELOAD"] = " ".join([shim] + preload)
+    # Debian 13's torch 2.6 is built without libuv, which its TCPStore asks
+    # for by default (2.4 on): env:// (MASTER_ADDR, MASTER_PORT) works only
+    # with USE_LIBUV=0, natively too. torch 1.13 reads no such variable; a
+    # command that is not Python's may start either.
+    if version is None or not version.startswith("1."):
+        env.setdefault("USE_LIBUV", "0")
     os.execve(path, args, env)
     return 127  # not reached

@@ -13,7 +13,15 @@ from typing import Optional
 SONAME = "libdistautograd.so.0"
 #: The backend's files (torch_backend/, built by make).
 SHIM_NAME = "libdistautograd_torch.so"
-IMPL_NAME = "libdistautograd_torch_impl.so"
+#: The backend's implementations: one per torch it serves (_launch.SERVED_TORCH).
+IMPL_PREFIX = "libdistautograd_torch_impl_"
+
+
+def impl_name(version: str) -> str:
+    """The file name of the backend's implementation for torch version."""
+    return "%s%s.so" % (IMPL_PREFIX, version)
+
+
 #: A symbol only torch's container (or the backend's shim) defines.
 PROBE_SYMBOL = "_ZN5torch11distributed8autograd21DistAutogradContainer16currentContextIdEv"
 

@@ -18,6 +18,11 @@ The launcher judges the command before it runs it (``_launch``): the
 Python that command runs must have a served torch, else it says which
 Python has one and runs nothing.
 
+Debian 13's torch 2.6 is built without libuv, which its TCPStore uses by
+default from 2.4 on: ``init_rpc`` through ``env://`` (MASTER_ADDR and
+MASTER_PORT) fails there natively too, unless ``USE_LIBUV=0``. The launcher
+sets ``USE_LIBUV=0`` for the command when torch is 2.x and it is unset.
+
 Inside, :func:`active` says whether torch's container is distautograd, and
 :func:`debug_info` gives distautograd's figures (the fan-out's counters, the
 libtorch context objects made and alive...).

@@ -153,7 +153,11 @@ class Install(unittest.TestCase):
                          if re.match(r"libdistautograd_torch(_impl.*)?\.so$", n)]
         if len(torch_backend) >= 2:  # the shim and an implementation: the backend was built
             shared += torch_backend
-        platform = manylinux_tag(shared)
+        # The tag: every file but the implementations, of which the one that
+        # needs the oldest glibc (each loads only beside its own torch).
+        impls = [p for p in shared if "_impl_" in os.path.basename(p)]
+        oldest = sorted(impls, key=lambda p: tuple(int(x) for x in manylinux_tag([p]).split("_")[1:3]))[:1]
+        platform = manylinux_tag([p for p in shared if p not in impls] + oldest)
         name = "distautograd-%s-py3-none-%s.whl" % (_version(), platform)
         self.assertEqual(os.listdir(out), [name])
         wheel = os.path.join(out, name)

@@ -163,5 +163,44 @@ def reaped():
     return out
 
 
+def versions():
+    """Which implementation the backend mapped for this torch, and torch's
+    _get_debug_info() with 0, 1, 2 then 0 contexts (the second in another
+    thread: a thread has one current context)."""
+    import threading
+
+    import torch
+    import torch.distributed.autograd as da
+
+    import distautograd.torch as dt
+
+    rpc = init_one()
+    figures = [dict(da._get_debug_info())]
+    entered, leave = threading.Event(), threading.Event()
+
+    def other():
+        with da.context():
+            entered.set()
+            leave.wait()
+
+    with da.context():
+        figures.append(dict(da._get_debug_info()))
+        t = threading.Thread(target=other)
+        t.start()
+        entered.wait()
+        figures.append(dict(da._get_debug_info()))
+        leave.set()
+        t.join()
+    figures.append(dict(da._get_debug_info()))
+    impls = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "libdistautograd_torch_impl" in line:
+                impls.add(os.path.realpath(line.split()[-1]))
+    out = {"active": dt.active(), "torch": torch.__version__, "impls": sorted(impls), "figures": figures}
+    rpc.shutdown()
+    return out
+
+
 if __name__ == "__main__":
     print(json.dumps(globals()[sys.argv[1]]()), flush=True)

@@ -13,19 +13,28 @@ import os
 import re
 import subprocess
 
-from .test_backend import HERE, PYTHON, TIMEOUT, BackendTest, env
+from .test_backend import HERE, PYTHON, TIMEOUT, BackendTest, env, torch_series
 
-#: glog's line prefix: severity, date, time, thread id (of this run).
-GLOG_PREFIX = re.compile(r"^([IWEF])\d{8} \d\d:\d\d:\d\d\.\d{6} +\d+ ", re.M)
+#: A torch log line's prefix: severity, date, time and, from glog (torch
+#: 1.13), the thread id; c10's own logging (Debian's torch 2.6, built
+#: without glog) brackets the line and writes no thread id.
+LOG_PREFIX = re.compile(r"^\[?([IWEF])(?:\d{4}){1,2} \d\d:\d\d:\d\d\.\d{6,9}(?: +\d+)? ", re.M)
+#: Where each served torch's container.cpp logs that init ran twice.
+ALREADY_INITIALIZED_LINE = {"1.13": 52, "2.6": 50}
+#: The ports of a run, which torch's c10d logs at INFO ([::]:PORT).
+PORT = re.compile(r"(\]):\d+")
 
 
 def run_probe(backend: bool):
-    # GLOG_minloglevel=0: torch's INFO lines too, as a user sees them by default.
-    r = subprocess.run([PYTHON, os.path.join(HERE, "_compat_probe.py")], env=env(backend, GLOG_minloglevel="0"),
+    # torch's INFO lines too: GLOG_minloglevel=0 (1.13's glog; a user sees
+    # them by default), TORCH_CPP_LOG_LEVEL=INFO (2.6's c10 logging).
+    r = subprocess.run([PYTHON, os.path.join(HERE, "_compat_probe.py")],
+                       env=env(backend, GLOG_minloglevel="0", TORCH_CPP_LOG_LEVEL="INFO"),
                        capture_output=True, text=True, timeout=TIMEOUT)
     if r.returncode != 0:
         raise AssertionError("_compat_probe.py (backend=%s) exited %d:\n%s" % (backend, r.returncode, r.stderr))
-    return json.loads(r.stdout.strip().splitlines()[-1]), GLOG_PREFIX.sub(r"\1 ", r.stderr).splitlines()
+    err = PORT.sub(r"\1:PORT", LOG_PREFIX.sub(r"\1 ", r.stderr))
+    return json.loads(r.stdout.strip().splitlines()[-1]), err.splitlines()
 
 
 class TestTorchCompat(BackendTest):
@@ -60,7 +69,8 @@ class TestTorchCompat(BackendTest):
         self.assertEqual(len(set(ids_served)), len(ids_served))
         self.assertTrue(all(0 <= i < 2**48 for i in ids_served), ids_served)
 
-        self.assertIn("I container.cpp:52] DistAutogradContainer is already initialized", native_err)
+        line = ALREADY_INITIALIZED_LINE[torch_series()]
+        self.assertIn("I container.cpp:%d] DistAutogradContainer is already initialized" % line, native_err)
         self.assertEqual(served_err, native_err)
 
 
