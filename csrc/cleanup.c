@@ -27,6 +27,16 @@ int dac_set_cleanup_sender_nonblocking(int nonblocking) {
 	return dacgo_set_cleanup_nonblocking(nonblocking, err());
 }
 
+/* The check of a sized struct's size field: at least its first version's
+** size (a newer header's struct may be larger). */
+static int check_size(const char *fn, size_t size, size_t first, const char *arg, const char *type) {
+	if (size >= first)
+		return DAC_OK;
+	char what[96];
+	snprintf(what, sizeof what, "%s->size must be set to sizeof(%s) (at least %zu)", arg, type, first);
+	return reject(DAC_ERR_INVALID_ARGUMENT, fn, what);
+}
+
 /* The size of dac_cleanup_options' first version: size and four options. */
 #define DACC_CLEANUP_OPTIONS_V1 (offsetof(dac_cleanup_options, max_pending) + sizeof(int64_t))
 _Static_assert(sizeof(dac_cleanup_options) >= DACC_CLEANUP_OPTIONS_V1, "fields are only added");
@@ -43,9 +53,9 @@ int dac_cleanup_configure(const dac_cleanup_options *options) {
 	GUARD_FORK();
 	CHECK_OUT(options);
 	size_t size = options->size;
-	if (size < DACC_CLEANUP_OPTIONS_V1)
-		return reject(DAC_ERR_INVALID_ARGUMENT, __func__,
-		              "options->size must be set to sizeof(dac_cleanup_options) (at least 40)");
+	int rc = check_size(__func__, size, DACC_CLEANUP_OPTIONS_V1, "options", "dac_cleanup_options");
+	if (rc != DAC_OK)
+		return rc;
 	/* What this library knows (the defaults for what an older header
 	** lacks); a newer header's options it does not know must be 0. */
 	dac_cleanup_options o = {0};
@@ -76,11 +86,11 @@ int dac_cleanup_stats(dac_cleanup_counters *counters) {
 	GUARD_FORK();
 	CHECK_OUT(counters);
 	size_t size = counters->size;
-	if (size < DACC_CLEANUP_COUNTERS_V1)
-		return reject(DAC_ERR_INVALID_ARGUMENT, __func__,
-		              "counters->size must be set to sizeof(dac_cleanup_counters) (at least 56)");
+	int rc = check_size(__func__, size, DACC_CLEANUP_COUNTERS_V1, "counters", "dac_cleanup_counters");
+	if (rc != DAC_OK)
+		return rc;
 	dac_cleanup_counters c = {0};
-	int rc = dacgo_cleanup_stats(&c, err());
+	rc = dacgo_cleanup_stats(&c, err());
 	if (rc != DAC_OK)
 		return rc;
 	c.size = size;
