@@ -139,6 +139,29 @@ static __attribute__((noinline)) void for_go(uint64_t h) {
 		dacc_uncounted_settle(h, unref_counted_void);
 }
 
+/* The record of the thread's last counted lookup, if that life is still
+** listed under id: a thread looks one id up again and again (a pass's
+** every message and gradient), and the record is one load away where the
+** index is a chain of them, each a cache miss once the caller's own work
+** has run between two calls. The same life, found in the index then and
+** listed still, is listed under id now (a release unlists first). What it
+** finds, acquire checks as it checks a lookup's record; NULL: look it up. */
+static inline __attribute__((always_inline)) dacc_record *recall(const dacc_view *v, const dacc_uncounted_slot *s,
+                                                                int64_t id, uint32_t *index, uint64_t *st) {
+	uint64_t last = s->last;
+	if (last == 0)
+		return NULL;
+	dacc_record *r = record_at(v, (uint32_t)last);
+	if (__builtin_expect(r == NULL, 0))
+		return NULL;
+	uint64_t now = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+	if ((now >> 32) != (last >> 32) || !(now & DACC_STATE_LISTED) || __atomic_load_n(&r->id, __ATOMIC_ACQUIRE) != id)
+		return NULL;
+	*index = (uint32_t)last;
+	*st = now;
+	return r;
+}
+
 /* What acquire found. */
 enum { DACC_UNDECIDED = 0, DACC_ACQUIRED = 1, DACC_ABSENT = 2 };
 
@@ -153,16 +176,20 @@ static inline __attribute__((always_inline)) int acquire(int64_t id, uint64_t *h
 	dacc_view *v = view();
 	if (__builtin_expect(v == NULL, 0))
 		return DACC_UNDECIDED;
-	uint32_t index;
-	int settled = 0;
-	dacc_record *r = lookup(v, id, &index, &settled);
-	if (r == NULL)
-		return settled ? DACC_ABSENT : DACC_UNDECIDED;
-	uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
 	dacc_uncounted_slot *s = dacc_tls_uncounted;
 	if (__builtin_expect(s == &dacc_uncounted_unassigned, 0))
 		s = dacc_uncounted_assign();
 	const int can_hold = s != &dacc_no_uncounted;
+	uint32_t index;
+	uint64_t st;
+	dacc_record *r = recall(v, s, id, &index, &st);
+	if (r == NULL) {
+		int settled = 0;
+		r = lookup(v, id, &index, &settled);
+		if (r == NULL)
+			return settled ? DACC_ABSENT : DACC_UNDECIDED;
+		st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+	}
 	if (__builtin_expect(can_hold && (st & (DACC_STATE_UNCOUNTED | DACC_STATE_LISTED)) ==
 	                                      (DACC_STATE_UNCOUNTED | DACC_STATE_LISTED) &&
 	                         __atomic_load_n(&s->h, __ATOMIC_RELAXED) == 0 &&
