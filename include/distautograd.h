@@ -57,9 +57,10 @@ extern "C" {
 #endif
 
 /* Version of this header; dac_version() gives the library's. The three
-** numbers are the project's one statement of its version: the string, the
-** number, the library's file name and soname (MAJOR), pkg-config, CMake and
-** the Python wheel are all derived from them. */
+** numbers state it once: the string, the number and every file name that
+** carries a version (the soname has MAJOR) are derived from them. A release
+** that adds to the ABI raises MINOR; test for an addition with
+** DAC_VERSION_NUMBER (0.5.0 is 5000). */
 #define DAC_VERSION_MAJOR 0
 #define DAC_VERSION_MINOR 5
 #define DAC_VERSION_PATCH 0
