@@ -57,9 +57,9 @@ extern "C" {
 #endif
 
 /* Version of this header; dac_version() gives the library's. The three
-** numbers state it once: the string, the number and every file name that
-** carries a version (the soname has MAJOR) are derived from them. A release
-** that adds to the ABI raises MINOR; test for an addition with
+** numbers state it once: the string, the number and the build's versioned
+** names (the library file; the soname has MAJOR) are derived from them. A
+** release that adds to the ABI raises MINOR; test for an addition with
 ** DAC_VERSION_NUMBER (0.5.0 is 5000). */
 #define DAC_VERSION_MAJOR 0
 #define DAC_VERSION_MINOR 5
