@@ -22,10 +22,15 @@ endif
 export PATH := $(dir $(GO)):$(PATH)
 PYTHON  ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 BUILD   := build
-# The version is the header's: the library file, the soname, pkg-config,
-# CMake and the wheel all take it from there.
-VERSION := $(shell sed -n 's/.*DAC_VERSION_STRING "\(.*\)".*/\1/p' include/distautograd.h)
-MAJOR   := $(firstword $(subst ., ,$(VERSION)))
+# The version is the header's DAC_VERSION_MAJOR, _MINOR and _PATCH: the
+# library file, the soname, pkg-config, CMake and the wheel all take it
+# from there.
+header_version = $(shell sed -n 's/^\#define DAC_VERSION_$(1) \([0-9][0-9]*\)$$/\1/p' include/distautograd.h)
+MAJOR   := $(call header_version,MAJOR)
+VERSION := $(MAJOR).$(call header_version,MINOR).$(call header_version,PATCH)
+ifneq ($(words $(subst ., ,$(VERSION))),3)
+$(error include/distautograd.h: no DAC_VERSION_MAJOR, _MINOR and _PATCH lines to take the version from (got "$(VERSION)"))
+endif
 SONAME  := libdistautograd.so.$(MAJOR)
 REALNAME := libdistautograd.so.$(VERSION)
 LIB     := $(BUILD)/libdistautograd.so

@@ -467,10 +467,11 @@ func TestOpsDebugInfo(t *testing.T) {
 // What needs no container: the version and the status names, before init.
 func TestOpsLibrary(t *testing.T) {
 	t.Parallel()
+	v := headerVersion(t)
 	assertTranscript(t, `
-		dac_version() = 0.4.0
+		dac_version() = `+v.String()+`
 		matches DAC_VERSION_STRING: yes
-		dac_version_number() = 4000, DAC_VERSION_NUMBER = 4000
+		dac_version_number() = `+itoa(v.Number())+`, DAC_VERSION_NUMBER = `+itoa(v.Number())+`
 		0 = DAC_OK
 		1 = DAC_ERR_NOT_INITIALIZED
 		2 = DAC_ERR_INVALID_ARGUMENT

@@ -13,9 +13,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"distautograd/abi"
 	"distautograd/internal/fresh"
 )
 
@@ -120,6 +122,26 @@ func runEnv(t testing.TB, env []string, bin string, args ...string) result {
 		t.Fatalf("%s %v: %v", bin, args, err)
 	}
 	return r
+}
+
+var (
+	versionOnce sync.Once
+	version     abi.Version
+	versionErr  error
+)
+
+// headerVersion returns include/distautograd.h's version, as package abi
+// reads it: what the programs' version lines must show, whatever the
+// release.
+func headerVersion(t testing.TB) abi.Version {
+	t.Helper()
+	versionOnce.Do(func() {
+		version, versionErr = abi.HeaderVersion(filepath.Join(repoRoot(t), "include", "distautograd.h"))
+	})
+	if versionErr != nil {
+		t.Fatal(versionErr)
+	}
+	return version
 }
 
 // run runs bin with args, fails the test unless it exits with status 0, and

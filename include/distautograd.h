@@ -56,11 +56,18 @@
 extern "C" {
 #endif
 
-/* Version of this header; dac_version() gives the library's. */
+/* Version of this header; dac_version() gives the library's. The three
+** numbers state it once: the string, the number and the build's versioned
+** names (the library file; the soname has MAJOR) are derived from them. A
+** release that adds to the ABI raises MINOR; test for an addition with
+** DAC_VERSION_NUMBER (0.5.0 is 5000). */
 #define DAC_VERSION_MAJOR 0
-#define DAC_VERSION_MINOR 4
+#define DAC_VERSION_MINOR 5
 #define DAC_VERSION_PATCH 0
-#define DAC_VERSION_STRING "0.4.0"
+#define DAC_VERSION_STR_(x) #x
+#define DAC_VERSION_XSTR_(x) DAC_VERSION_STR_(x)
+#define DAC_VERSION_STRING \
+	DAC_VERSION_XSTR_(DAC_VERSION_MAJOR) "." DAC_VERSION_XSTR_(DAC_VERSION_MINOR) "." DAC_VERSION_XSTR_(DAC_VERSION_PATCH)
 #define DAC_VERSION_NUMBER (DAC_VERSION_MAJOR * 1000000 + DAC_VERSION_MINOR * 1000 + DAC_VERSION_PATCH)
 
 /* Status codes. Values are ABI: they never change. */
@@ -97,7 +104,8 @@ typedef struct dac_context dac_context;
 
 /* ---- Library ------------------------------------------------------------ */
 
-/* Returns the library's version string, e.g. "0.4.0". Never fails; static. */
+/* Returns the library's DAC_VERSION_STRING ("MAJOR.MINOR.PATCH"). Never
+** fails; static. */
 const char *dac_version(void);
 
 /* Returns the library's DAC_VERSION_NUMBER. Never fails. */
@@ -442,7 +450,8 @@ typedef struct dac_cleanup_options {
 ** above 4194304 (its queue is allocated up front), or max_pending grows
 ** past its current value once a cleanup message was queued (the queue
 ** cannot grow under running senders). A backoff too long for int64_t
-** nanoseconds is taken as the longest one. May be called before dac_init. */
+** nanoseconds is taken as the longest one. May be called before dac_init.
+** Since 0.5.0, as dac_cleanup_options. */
 int dac_cleanup_configure(const dac_cleanup_options *options);
 
 /* dac_cleanup_configure with the first version's four options, positional:

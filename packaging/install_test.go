@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"distautograd/abi"
 )
 
 // root is the repository root, from this package's directory.
@@ -58,18 +60,15 @@ func need(t *testing.T, tools ...string) {
 	}
 }
 
-// headerVersion returns DAC_VERSION_STRING from the header.
+// headerVersion returns the header's version, "MAJOR.MINOR.PATCH", as
+// package abi reads it.
 func headerVersion(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "include", "distautograd.h"))
+	v, err := abi.HeaderVersion(filepath.Join(root, "include", "distautograd.h"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`#define DAC_VERSION_STRING "([^"]+)"`).FindSubmatch(b)
-	if m == nil {
-		t.Fatal("no DAC_VERSION_STRING in include/distautograd.h")
-	}
-	return string(m[1])
+	return v.String()
 }
 
 // install runs make install into a fresh DESTDIR and returns it.
@@ -114,14 +113,17 @@ func files(t *testing.T, dir string) []string {
 }
 
 // checkRun runs a consumer program and checks it used the installed library
-// and that a context round trip behaved.
+// and header, of the header's version, and that a context round trip behaved.
 func checkRun(t *testing.T, prog string, env []string, libdir string) {
 	t.Helper()
 	out := run(t, filepath.Dir(prog), env, prog)
 	if !strings.Contains(out, "library "+filepath.Join(libdir, "libdistautograd.so.")) {
 		t.Errorf("%s did not load the installed library from %s:\n%s", filepath.Base(prog), libdir, out)
 	}
+	version := headerVersion(t)
 	for _, want := range []string{
+		"header " + version + "\n",
+		"version " + version + "\n",
 		"context 844424930131968\n",
 		"after release: Could not find autograd context with id: 844424930131968\n",
 	} {

@@ -13,8 +13,8 @@ built for this machine's architecture against glibc, so the platform tag is
 ``manylinux_X_Y_<arch>`` (PEP 600), X.Y the newest ``GLIBC_`` symbol version
 any of its .so files needs, read from their ELF version-needs sections at
 build: it installs wherever that glibc is. The version is the header's
-DAC_VERSION_STRING, so the package and the library it carries cannot
-disagree.
+(DAC_VERSION_MAJOR, _MINOR and _PATCH), so the package and the library it
+carries cannot disagree.
 
 The library comes from --library, else $DISTAUTOGRAD_LIBRARY, else the
 checkout this folder sits in, where ``make`` runs first (it does nothing
@@ -70,11 +70,16 @@ ENTRY_POINTS = "[console_scripts]\ndistautograd-torch = distautograd.torch:main\
 
 
 def version() -> str:
+    """The header's DAC_VERSION_MAJOR.DAC_VERSION_MINOR.DAC_VERSION_PATCH."""
     with open(HEADER, encoding="utf-8") as f:
-        m = re.search(r'#define\s+DAC_VERSION_STRING\s+"([^"]+)"', f.read())
-    if not m:
-        raise SystemExit("distautograd: no DAC_VERSION_STRING in %s" % HEADER)
-    return m.group(1)
+        text = f.read()
+    parts = []
+    for part in ("MAJOR", "MINOR", "PATCH"):
+        m = re.search(r"^#define\s+DAC_VERSION_%s\s+([0-9]+)\s*$" % part, text, re.MULTILINE)
+        if not m:
+            raise SystemExit("distautograd: no DAC_VERSION_%s in %s" % (part, HEADER))
+        parts.append(str(int(m.group(1))))
+    return ".".join(parts)
 
 
 _SHT_GNU_VERNEED = 0x6FFFFFFE

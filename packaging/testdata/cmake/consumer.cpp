@@ -1,5 +1,5 @@
-// The C++ drop-in, from the installed headers and library: prints the file
-// the loader mapped and what a context round trip gave
+// The C++ drop-in, from the installed headers and library: prints their
+// versions, the file the loader mapped and what a context round trip gave
 // (packaging/install_test.go checks them).
 #include <distautograd.hpp>
 
@@ -8,6 +8,8 @@
 #include <string>
 
 int main() {
+  std::cout << "header " << DAC_VERSION_STRING << "\n";
+  std::cout << "version " << dac_version() << "\n";
   std::ifstream maps("/proc/self/maps");
   for (std::string line; std::getline(maps, line);) {
     auto slash = line.find('/');
