@@ -28,8 +28,9 @@
 ** their own work (max: the longest; in a loop, the batches of 1,000
 ** calls). In timer mode the line goes on with the timed waits: how many
 ** were made, the longest and the median in ms, and whether the last one
-** ended only after the loop had stopped at MILLISECONDS (1: a timer that
-** did not run while the loop ran; no wait begins after that). */
+** returned only after the loop had stopped at MILLISECONDS (with a bound
+** well past five waits, 1 is a timer that did not run while the loop
+** ran; no wait begins after the loop stopped). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -126,7 +127,7 @@ static void nap_ms(long ms) {
 /* timer mode's waiting thread: once every looper is calling (and 20 ms
 ** more, for Go's monitor to settle on them), it waits on a Go timer WAITS
 ** times, timing each wait in C. A wait that returns after the loop has
-** stopped stopped only because the loop did; none begins after that. */
+** stopped at its bound is the last, and is reported as such. */
 static void *wait_timers(void *arg) {
 	waiter *w = arg;
 	while (__atomic_load_n(&started, __ATOMIC_ACQUIRE) < __atomic_load_n(&looping, __ATOMIC_ACQUIRE)) {
