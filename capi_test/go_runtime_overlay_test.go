@@ -276,8 +276,10 @@ func callees(listing []instruction) []string {
 // replaced, line for line; a line found twice or not at all is left as it
 // is and STATUS says so. A Go whose files are not all on the list, or a
 // build with GO_RUNTIME_OVERLAY=0, takes none, and one line on stderr says
-// so. The overlay names only the files that changed and is valid JSON;
-// BUILT_WITH says name=1 or name=0 for each change, in order.
+// so. --without=NAME leaves that change out (the reproducers' builds), and
+// a name that is no change's is refused. The overlay names only the files
+// that changed and is valid JSON; BUILT_WITH says name=1 or name=0 for each
+// change, in order.
 func TestOverlayScriptOnOtherGos(t *testing.T) {
 	t.Parallel()
 	script := filepath.Join(repoRoot(t), "scripts", "go-runtime-overlay")
@@ -291,6 +293,8 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 		files   map[string]string // runtime file: its text (absent: missing)
 		tested  map[string]string // the tested list's text of each file (absent: as in files)
 		off     bool              // GO_RUNTIME_OVERLAY=0
+		args    []string          // after GO DIR
+		refused bool              // exits 2, with stderr
 		applied []string
 		changed []string // files in the overlay
 		stderr  string   // the line on stderr when none applies
@@ -311,6 +315,11 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 			stderr: "go-runtime-overlay: go1.99.0's runtime is not one the overlay was tested with"},
 		{name: "switched off", files: asGo126, off: true,
 			stderr: "go-runtime-overlay: switched off (GO_RUNTIME_OVERLAY=0): Go's runtime as it is"},
+		{name: "without one change", files: asGo126, args: []string{"--without=monitor-serves-work-on-ps-in-c"},
+			applied: []string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "take-a-p-from-c"},
+			changed: []string{"cgocall.go", "proc.go"}},
+		{name: "without a change that is none", files: asGo126, args: []string{"--without=no-such-change"}, refused: true,
+			stderr: "go-runtime-overlay: --without=no-such-change: no change has that name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			goroot, out := t.TempDir(), t.TempDir()
@@ -329,14 +338,22 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 			require.NoError(t, os.WriteFile(listFile, []byte(list), 0o644))
 			fakeGo := filepath.Join(t.TempDir(), "go")
 			require.NoError(t, os.WriteFile(fakeGo, []byte("#!/bin/sh\ncase \"$2\" in GOROOT) echo '"+goroot+"';; GOVERSION) echo go1.99.0;; esac\n"), 0o755))
-			cmd := exec.Command(script, fakeGo, out)
+			cmd := exec.Command(script, append([]string{fakeGo, out}, tc.args...)...)
 			cmd.Env = append(os.Environ(), "GO_RUNTIME_TESTED="+listFile, "GO_RUNTIME_OVERLAY=1")
 			if tc.off {
 				cmd.Env = append(cmd.Env, "GO_RUNTIME_OVERLAY=0")
 			}
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
-			require.NoError(t, cmd.Run(), "%s", stderr.String())
+			err := cmd.Run()
+			if tc.refused {
+				var exit *exec.ExitError
+				require.ErrorAs(t, err, &exit, "%s", stderr.String())
+				assert.Equal(t, 2, exit.ExitCode())
+				assert.True(t, strings.HasPrefix(stderr.String(), tc.stderr), "stderr: %s", stderr.String())
+				return
+			}
+			require.NoError(t, err, "%s", stderr.String())
 			if tc.stderr != "" {
 				assert.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line on stderr: %s", stderr.String())
 				assert.True(t, strings.HasPrefix(stderr.String(), tc.stderr), "stderr: %s", stderr.String())
@@ -357,6 +374,9 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 				}
 			}
 			assert.Equal(t, strings.Join(want, ",")+"\n", string(builtWith))
+			for _, arg := range tc.args {
+				assert.Contains(t, string(status), strings.TrimPrefix(arg, "--without=")+": not applied: left out ("+arg+")\n")
+			}
 			var overlay struct{ Replace map[string]string }
 			b, err := os.ReadFile(filepath.Join(out, "overlay.json"))
 			require.NoError(t, err)
@@ -373,8 +393,13 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 				assert.Equal(t, strings.Count(string(was), "\n"), strings.Count(string(now), "\n"), "line for line")
 				assert.Contains(t, string(now), "distautograd: scripts/go-runtime-overlay")
 				for _, change := range overlayChanges {
-					if change.file == name && strings.Count(string(was), change.line+"\n") == 1 {
-						assert.NotContains(t, string(now), change.line+"\n", "replaced")
+					switch {
+					case change.file != name:
+					case slices.Contains(tc.applied, change.name):
+						assert.NotContains(t, string(now), change.line+"\n", "%s replaced", change.name)
+					default:
+						assert.Equal(t, strings.Count(string(was), change.line+"\n"), strings.Count(string(now), change.line+"\n"),
+							"%s not applied: its line kept", change.name)
 					}
 				}
 			}

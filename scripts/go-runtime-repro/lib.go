@@ -23,4 +23,12 @@ func ReproSpin(us C.int) {
 	}
 }
 
+// ReproSleep waits ms milliseconds on a Go timer (time.Sleep): the timer
+// lives on the P the call runs on, and runs when a thread schedules there.
+//
+//export ReproSleep
+func ReproSleep(ms C.int) {
+	time.Sleep(time.Duration(ms) * time.Millisecond)
+}
+
 func main() {}
