@@ -305,17 +305,22 @@ clean: ## remove build outputs
 # The shim (libc only) is what LD_PRELOAD names; an implementation per
 # served torch links that libtorch and libdistautograd, built against that
 # torch's own headers, and the shim loads the one for the torch it finds
-# (by libtorch_cpu's soname) on the first container call. torch 1.13 is
-# this machine's (libtorch-dev); torch 2.6 is Debian 13's, built in a root
-# scripts/torch-root makes (make torch-root), when it is there. Without
-# either only the shim is built (it then says so and leaves torch native).
+# (by libtorch_cpu's soname) on the first container call. Each served torch
+# whose libtorch-dev the machine has (Debian 12's 1.13, Debian 13's 2.6) is
+# built here, with the machine's g++; torch 2.6 on a machine without it
+# (Debian 12) is built in a Debian 13 root that scripts/torch-root makes
+# (make torch-root), when it is there. Without any, only the shim is built
+# (it then says so and leaves torch native).
 TORCH_SHIM  := $(BUILD)/libdistautograd_torch.so
 # The served versions are symbols.h's (the shim's list).
 TORCH_VERSIONS := $(shell sed -n 's/^\#define DAT_TORCH_VERSIONS(X) //p' torch_backend/symbols.h | grep -o '[0-9.]*')
 TORCH_IMPL   = $(BUILD)/libdistautograd_torch_impl_$(1).so
-TORCH_SO    ?= /usr/lib/x86_64-linux-gnu/libtorch_cpu.so.1.13
+TORCH_LIBDIR ?= /usr/lib/x86_64-linux-gnu
 TORCH_INC   ?= /usr/include/torch
-HAVE_LIBTORCH := $(shell test -e $(TORCH_SO) && test -d $(TORCH_INC)/csrc/distributed/rpc && echo yes)
+# The served torches this machine's libtorch-dev has: libtorch_cpu.so.V and
+# the RPC headers.
+HOST_TORCHES := $(foreach v,$(TORCH_VERSIONS),$(shell test -e $(TORCH_LIBDIR)/libtorch_cpu.so.$(v) && test -d $(TORCH_INC)/csrc/distributed/rpc && echo $(v)))
+HAVE_LIBTORCH := $(filter 1.13,$(HOST_TORCHES))
 # The launcher: python_bindings/distautograd/_launch.py (standard library
 # only) and what it imports, run by a script that make writes with the
 # folders of the checkout (build/distautograd-torch) or of the install.
@@ -326,7 +331,8 @@ LAUNCHER_SUBST = sed -e 's|@LAUNCHERDIR@|$(1)|g' -e 's|@LIBDIR@|$(2)|g' packagin
 # $DISTAUTOGRAD_TORCH_ROOTS (default ~/.cache/distautograd/roots).
 TORCH_ROOT_RELEASE := trixie
 TORCH_ROOT  := $(shell scripts/torch-root path $(TORCH_ROOT_RELEASE) 2>/dev/null)
-TORCH_IMPLS := $(if $(HAVE_LIBTORCH),$(call TORCH_IMPL,1.13)) $(if $(TORCH_ROOT),$(call TORCH_IMPL,2.6))
+ROOT_TORCHES := $(if $(TORCH_ROOT),$(filter-out $(HOST_TORCHES),2.6))
+TORCH_IMPLS := $(foreach v,$(HOST_TORCHES) $(ROOT_TORCHES),$(call TORCH_IMPL,$(v)))
 IMPL_SOURCES := torch_backend/impl.cpp torch_backend/symbols.h torch_backend/impl.map include/distautograd.h $(LIB)
 # torch 1.13 logs through glog (its impl writes two of torch's log lines
 # through it); Debian's torch 2.6 is built without glog (c10 logs itself).
@@ -336,7 +342,7 @@ IMPL_FLAGS  = -std=c++20 -O2 -fPIC -Wall -Wextra -Werror -Wno-unused-parameter -
   -Wl,--version-script=torch_backend/impl.map -Wl,-z,now -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' \
   -L$(BUILD) -ldistautograd -l:libtorch_cpu.so.$(1) -l:libc10.so.$(1) $(IMPL_LIBS_$(1))
 .PHONY: torch-backend torch-root test-torch test-torch-versions bench-torch
-torch-backend: $(TORCH_SHIM) $(LAUNCHER) $(TORCH_IMPLS) ## build/libdistautograd_torch.so, build/distautograd-torch and an implementation per torch found (1.13: libtorch-dev; 2.6: make torch-root)
+torch-backend: $(TORCH_SHIM) $(LAUNCHER) $(TORCH_IMPLS) ## build/libdistautograd_torch.so, build/distautograd-torch and an implementation per served torch found (its libtorch-dev here; 2.6 on Debian 12: make torch-root)
 $(LAUNCHER): packaging/distautograd-torch.in $(LAUNCHER_PY)
 	@mkdir -p $(BUILD)/launcher
 	cp $(LAUNCHER_PY) $(BUILD)/launcher/
@@ -346,13 +352,18 @@ $(TORCH_SHIM): torch_backend/shim.S torch_backend/shim.c torch_backend/symbols.h
 	@mkdir -p $(BUILD)
 	$(CC) -std=gnu11 -O2 -fPIC -Wall -Wextra -Werror -shared -o $@ torch_backend/shim.S torch_backend/shim.c \
 	  -Wl,--version-script=torch_backend/shim.map -Wl,-z,now -Wl,-z,noexecstack
-$(call TORCH_IMPL,1.13): $(IMPL_SOURCES)
-	$(CXX) $(call IMPL_FLAGS,1.13) -o $@
+define HOST_IMPL_RULE
+$(call TORCH_IMPL,$(1)): $$(IMPL_SOURCES)
+	$$(CXX) $$(call IMPL_FLAGS,$(1)) -o $$@
+endef
+$(foreach v,$(HOST_TORCHES),$(eval $(call HOST_IMPL_RULE,$(v))))
 # Compiled and linked inside the root by its own g++, against its own
 # headers, libstdc++ and libtorch; the checkout is mounted there at its path.
+ifeq ($(filter 2.6,$(HOST_TORCHES)),)
 $(call TORCH_IMPL,2.6): $(IMPL_SOURCES) $(if $(TORCH_ROOT),$(TORCH_ROOT)/.distautograd-root) scripts/torch-root
 	@test -n "$(TORCH_ROOT)" || { echo "no torch 2.6 root: make torch-root"; exit 1; }
 	scripts/torch-root run $(TORCH_ROOT_RELEASE) --bind $(CURDIR) --cd $(CURDIR) -- g++ $(call IMPL_FLAGS,2.6) -o $@
+endif
 torch-root: ## make (or reuse) the Debian 13 root with torch 2.6 (scripts/torch-root; needs root and debootstrap; about 2 GB)
 	scripts/torch-root make $(TORCH_ROOT_RELEASE)
 test-torch: all ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, reaper, fork, launcher, faults across network namespaces (needs root)
@@ -361,7 +372,7 @@ test-torch: all ## the torch backend against real torch: the 3-worker job native
 # Each served torch: 1.13 here, 2.6 in the Debian 13 root (made when
 # missing: needs root and debootstrap). TORCH_VERSIONS_FLAGS go to the
 # script: --no-suites leaves torch's own suites out, --versions 2.6 one torch.
-test-torch-versions: all ## the torch backend's tests and torch's own dist-autograd suites (102) under it, for every served torch (torch 1.13 here, 2.6 in a Debian 13 root)
+test-torch-versions: all ## the torch backend's tests and torch's own dist-autograd suites (133 tests in 1.13, 102 in 2.6) under it, for every served torch (torch 1.13 here, 2.6 in a Debian 13 root)
 	$(PYTHON) scripts/test-torch-versions $(TORCH_VERSIONS_FLAGS)
 bench-torch: all ## torch's distributed autograd natively and under the backend, alternating processes, for each served torch found (2.6 in its root); adds level "torch" rows to build/bench.json (run after make bench)
 	$(TORCH_BENCH)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import unittest
 
@@ -24,12 +23,30 @@ class TestServedVersions(unittest.TestCase):
             m = re.search(r"#define DAT_TORCH_VERSIONS\(X\) (.*)", f.read())
         self.assertIsNotNone(m)
         self.assertEqual(tuple(re.findall(r'X\("([^"]+)"\)', m.group(1))), SERVED_TORCH)
-        if shutil.which("make") is None:
-            return  # inside a torch root, which has no make: the host's run checks the Makefile
-        r = subprocess.run(["make", "-s", "--no-print-directory", "--eval", "print-versions: ; @echo $(TORCH_VERSIONS)",
-                            "print-versions"], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(tuple(make_print("TORCH_VERSIONS").split()), SERVED_TORCH)
+
+    def test_built_with_this_machines_torch(self) -> None:
+        # A machine with the libtorch-dev of a served torch builds its
+        # implementation with its own g++ (Debian 13 its 2.6, as Debian 12
+        # its 1.13); only a torch the machine lacks comes from a root.
+        series = torch_series()
+        self.assertIn(series, make_print("HOST_TORCHES").split())
+        impl = "build/libdistautograd_torch_impl_%s.so" % series
+        r = subprocess.run(["make", "-n", "-B", "--no-print-directory", impl], cwd=ROOT, capture_output=True,
+                           text=True, timeout=TIMEOUT)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(tuple(r.stdout.split()), SERVED_TORCH)
+        lines = [line for line in r.stdout.splitlines() if line.endswith("-o " + impl)]
+        self.assertEqual(len(lines), 1, r.stdout)
+        self.assertFalse(lines[0].startswith("scripts/torch-root"), lines[0])
+
+
+def make_print(variable: str) -> str:
+    """The Makefile's value of variable, as make reads it on this machine."""
+    r = subprocess.run(["make", "-s", "--no-print-directory", "--eval", "print-it: ; @echo $(%s)" % variable,
+                        "print-it"], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    if r.returncode != 0:
+        raise AssertionError("make: " + r.stderr)
+    return r.stdout
 
 
 class TestImplementationPerTorch(BackendTest):
