@@ -372,7 +372,7 @@ test-torch: all ## the torch backend against real torch: the 3-worker job native
 # Each served torch: 1.13 here, 2.6 in the Debian 13 root (made when
 # missing: needs root and debootstrap). TORCH_VERSIONS_FLAGS go to the
 # script: --no-suites leaves torch's own suites out, --versions 2.6 one torch.
-test-torch-versions: all ## the torch backend's tests and torch's own dist-autograd suites (133 tests in 1.13, 102 in 2.6) under it, for every served torch (torch 1.13 here, 2.6 in a Debian 13 root)
+test-torch-versions: all ## the torch backend's tests and torch's own dist-autograd suites (133 tests a torch) under it, for every served torch (torch 1.13 here, 2.6 in a Debian 13 root)
 	$(PYTHON) scripts/test-torch-versions $(TORCH_VERSIONS_FLAGS)
 bench-torch: all ## torch's distributed autograd natively and under the backend, alternating processes, for each served torch found (2.6 in its root); adds level "torch" rows to build/bench.json (run after make bench)
 	$(TORCH_BENCH)
