@@ -19,7 +19,9 @@
 ** every status was one its call allows and that all was cleaned up at the
 ** end; stderr has the counts the Go test compares between the library and
 ** the same library on Go's runtime as shipped. alarm() bounds the run: a
-** deadlock ends it with SIGALRM. */
+** deadlock ends it with SIGALRM, after stderr has what the program was
+** doing then (its phase, and every call in flight with how long it has
+** been in it), so that a hang seen once says where it was. */
 #define _DEFAULT_SOURCE /* SA_ONSTACK */
 #include "check.h"
 
@@ -30,6 +32,16 @@
 
 #define MAX_THREADS 512
 #define SLOW_NS (100 * 1000000LL)
+
+/* What the program is doing, for the report of a run that does not end:
+** main's phase, and each thread's call in flight (a slot a thread: the
+** long-lived ones by their index, the short-lived ones share the rest). */
+#define SLOTS 1024
+static const char *volatile phase = "starting";
+static const char *volatile in_call[SLOTS];
+static volatile int64_t in_call_since[SLOTS];
+static __thread int slot; /* 0: main's and the flusher's */
+static int next_long_slot = 1, next_short_slot;
 
 static int64_t deadline_ns;
 static volatile int done;
@@ -54,7 +66,10 @@ static void note_time(int64_t ns, int64_t allowed_ns) {
 #define CALL(rc_ok, call)                                       \
 	do {                                                        \
 		int64_t t0_ = now_ns();                                 \
+		in_call_since[slot] = t0_;                              \
+		in_call[slot] = #call;                                  \
 		int rc_ = (call);                                       \
+		in_call[slot] = NULL;                                   \
 		note_time(now_ns() - t0_, 0);                           \
 		if (!(rc_ok))                                           \
 			add(&unexpected, 1);                                \
@@ -87,6 +102,7 @@ static int running(void) { return !__atomic_load_n(&done, __ATOMIC_RELAXED) && n
 
 static void *tight(void *arg) {
 	unsigned seed = (unsigned)(intptr_t)arg;
+	slot = __atomic_fetch_add(&next_long_slot, 1, __ATOMIC_RELAXED);
 	while (running())
 		for (int i = 0; i < 64; i++)
 			pass(&seed);
@@ -95,6 +111,7 @@ static void *tight(void *arg) {
 
 static void *bursty(void *arg) {
 	unsigned seed = (unsigned)(intptr_t)arg;
+	slot = __atomic_fetch_add(&next_long_slot, 1, __ATOMIC_RELAXED);
 	while (running()) {
 		int n = 1 + rand_r(&seed) % 26; /* 10 calls a pass: up to 256 calls */
 		for (int i = 0; i < n; i++)
@@ -107,6 +124,7 @@ static void *bursty(void *arg) {
 
 static void *short_lived(void *arg) {
 	unsigned seed = (unsigned)(intptr_t)arg;
+	slot = MAX_THREADS + __atomic_fetch_add(&next_short_slot, 1, __ATOMIC_RELAXED) % (SLOTS - MAX_THREADS);
 	int n = 1 + rand_r(&seed) % 8;
 	for (int i = 0; i < n; i++)
 		pass(&seed);
@@ -135,7 +153,10 @@ static void *flusher(void *arg) {
 	(void)arg;
 	while (running()) {
 		int64_t pending, t0 = now_ns();
+		in_call_since[slot] = t0;
+		in_call[slot] = "dac_cleanup_flush(20, &pending)";
 		int rc = dac_cleanup_flush(20, &pending);
+		in_call[slot] = NULL;
 		note_time(now_ns() - t0, 20 * 1000000LL);
 		add(&flushes, 1);
 		if (now_ns() - t0 > 20 * 1000000LL + SLOW_NS)
@@ -162,11 +183,59 @@ static void on_prof(int sig) {
 	profs++;
 }
 
+/* Async-signal-safe output for the alarm's report. */
+static void say(const char *s) { (void)!write(2, s, strlen(s)); }
+static void say_i64(int64_t v) {
+	char b[24], *p = b + sizeof b;
+	*--p = 0;
+	int neg = v < 0;
+	uint64_t u = neg ? -(uint64_t)v : (uint64_t)v;
+	do
+		*--p = (char)('0' + u % 10);
+	while ((u /= 10) != 0);
+	if (neg)
+		*--p = '-';
+	say(p);
+}
+
+/* The run did not end: say what it was doing, then die of the alarm. */
+static void on_alarm(int sig) {
+	int64_t now = now_ns();
+	say("runtime_stress: still running at the alarm; main: ");
+	say(phase);
+	say("\n");
+	int shown = 0;
+	for (int i = 0; i < SLOTS && shown < 64; i++) {
+		const char *c = in_call[i];
+		if (c == NULL)
+			continue;
+		shown++;
+		say("  slot ");
+		say_i64(i);
+		say(i == 0 ? " (main or the flusher)" : i < MAX_THREADS ? "" : " (short-lived)");
+		say(": in ");
+		say(c);
+		say(" for ");
+		say_i64((now - in_call_since[i]) / 1000000);
+		say(" ms\n");
+	}
+	if (shown == 0)
+		say("  no call in flight\n");
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 int main(int argc, char **argv) {
 	REQUIRE(argc == 3);
 	int threads = atoi(argv[1]);
 	double seconds = atof(argv[2]);
 	REQUIRE(threads >= 8 && threads <= MAX_THREADS && seconds > 0);
+	struct sigaction al;
+	memset(&al, 0, sizeof al);
+	al.sa_handler = on_alarm;
+	al.sa_flags = SA_ONSTACK;
+	sigemptyset(&al.sa_mask);
+	REQUIRE(sigaction(SIGALRM, &al, NULL) == 0);
 	alarm((unsigned)seconds + 80);
 	MUST(dac_init(0));
 	MUST(dac_set_cleanup_sender(sender, NULL));
@@ -184,20 +253,25 @@ int main(int argc, char **argv) {
 	REQUIRE(setitimer(ITIMER_PROF, &prof, NULL) == 0);
 
 	deadline_ns = now_ns() + (int64_t)(seconds * 1e9);
+	phase = "starting the threads";
 	pthread_t t[MAX_THREADS];
 	for (int i = 0; i < threads; i++) {
 		void *(*fn)(void *) = i == 0 ? flusher : i % 8 == 0 ? spawner : i % 8 <= 2 ? tight : bursty;
 		REQUIRE(pthread_create(&t[i], NULL, fn, (void *)(intptr_t)(i * 2654435761u + 1)) == 0);
 	}
+	phase = "joining the threads";
 	for (int i = 0; i < threads; i++)
 		REQUIRE(pthread_join(t[i], NULL) == 0);
+	phase = "after the threads";
 	struct itimerval off = {{0, 0}, {0, 0}};
 	REQUIRE(setitimer(ITIMER_PROF, &off, NULL) == 0);
 	/* Detached short-lived threads may still be finishing their few calls. */
 	sleep_ms(200);
 
 	int64_t pending = -1;
+	phase = "dac_cleanup_flush(60000, &pending) at the end";
 	SHOW(dac_cleanup_flush(60000, &pending));
+	phase = "reporting";
 	PRINT_I64(pending);
 	PRINT_I64(num_contexts());
 	dac_cleanup_counters c = {.size = sizeof c};
