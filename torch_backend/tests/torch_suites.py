@@ -8,9 +8,10 @@ usage: torch_suites.py [UNITTEST ARGS] [Class.test_name ...]
 
 Runs under the torch backend as a user would: LD_PRELOAD of
 build/libdistautograd_torch.so, inherited by the worker processes each test
-spawns. With DISTAUTOGRAD_SUITE_SERVED=DIR, every worker process writes
-DIR/<pid> holding 1 if the backend served torch's container in it, else 0
-(distautograd.torch.active(), after its test ran, passed or not).
+spawns. With DISTAUTOGRAD_SUITE_SERVED=DIR, every worker process writes a
+file of its own in DIR (named from its pid) holding 1 if the backend served
+torch's container in it, else 0 (distautograd.torch.active(), after its
+test ran, passed or not).
 """
 import os
 import sys
@@ -46,9 +47,13 @@ def _note_served(run_test):
         finally:
             folder = os.environ.get(SERVED_ENV)
             if folder:
+                import tempfile
+
                 import distautograd.torch
 
-                with open(os.path.join(folder, str(os.getpid())), "w") as f:
+                # A file of its own (a later worker may get the same pid).
+                fd, _ = tempfile.mkstemp(prefix="%d-" % os.getpid(), dir=folder)
+                with os.fdopen(fd, "w") as f:
                     f.write("1" if distautograd.torch.active() else "0")
 
     return wrapped
