@@ -374,7 +374,7 @@ test-torch: all ## the torch backend against real torch: the 3-worker job native
 # script: --no-suites leaves torch's own suites out, --versions 2.6 one torch.
 test-torch-versions: all ## the torch backend's tests and torch's own dist-autograd suites (133 tests a torch) under it, for every served torch (torch 1.13 here, 2.6 in a Debian 13 root)
 	$(PYTHON) scripts/test-torch-versions $(TORCH_VERSIONS_FLAGS)
-bench-torch: all ## torch's distributed autograd natively and under the backend, alternating processes, for each served torch found (2.6 in its root); adds level "torch" rows to build/bench.json (run after make bench)
+bench-torch: all ## torch's distributed autograd natively and under the backend, pairs of processes taking turns, for each served torch found (2.6 in its root); adds level "torch" rows to build/bench.json (run after make bench)
 	$(TORCH_BENCH)
 
 # The torch rows: this machine's torch 1.13, then torch 2.6 in its root.

@@ -274,7 +274,7 @@ func TestIntervalColumn(t *testing.T) {
 	rep := Report{Date: "2026-01-02T03:04:05Z", Rows: []Row{
 		{Level: "c", Op: "x", Threads: 1, Label: "a C op", DistautogradNs: &d, NativeNs: &n, Ratio: &r},
 		{Level: "torch", Op: "y", Threads: 1, Label: "a torch op", DistautogradNs: &d, NativeNs: &n, Ratio: &r,
-			DacSamples: []float64{110, 110, 110}, NativeSamples: []float64{100, 100, 100}},
+			PairRatios: []float64{1.1, 1.1, 1.1}},
 		{Level: "torch", Op: "z", Threads: 1, Label: "another", DistautogradNs: &d, NativeNs: &n, Ratio: &r},
 	}}
 	var b bytes.Buffer
@@ -286,16 +286,45 @@ func TestIntervalColumn(t *testing.T) {
 		"| operation | threads | distautograd ns/op | torch as built ns/op | ratio | 90 % interval |\n",
 		"| a torch op | 1 | 110.0 | 100.0 | 1.10 | 1.10-1.10 |\n",
 		"| another | 1 | 110.0 | 100.0 | 1.10 | - |\n",
-		"resamplings of this run's processes",
+		"resamplings of this run's pairs of processes",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", want, got)
 		}
 	}
 	var back Row
-	if err := json.Unmarshal([]byte(`{"level":"torch","distautograd_samples":[1,2],"native_samples":[3]}`), &back); err != nil ||
+	if err := json.Unmarshal([]byte(`{"level":"c","distautograd_samples":[1,2],"native_samples":[3]}`), &back); err != nil ||
 		!slices.Equal(back.DacSamples, []float64{1, 2}) || !slices.Equal(back.NativeSamples, []float64{3}) {
 		t.Errorf("samples not read from bench.json: %v %v %v", back.DacSamples, back.NativeSamples, err)
+	}
+	// bench/torchbench.py writes pair_ratios: they, not the sides' samples,
+	// give a torch row its interval.
+	back = Row{}
+	if err := json.Unmarshal([]byte(`{"level":"torch","pair_ratios":[1.5,1.5],"distautograd_samples":[1,1],"native_samples":[1,1]}`), &back); err != nil ||
+		!slices.Equal(back.PairRatios, []float64{1.5, 1.5}) {
+		t.Errorf("pair ratios not read from bench.json: %v %v", back.PairRatios, err)
+	}
+	if lo, hi, ok := back.Interval(); !ok || lo != 1.5 || hi != 1.5 {
+		t.Errorf("interval of a row with pair ratios: %v-%v %v, want 1.5-1.5 from its pairs", lo, hi, ok)
+	}
+}
+
+func TestPairedInterval(t *testing.T) {
+	if _, _, ok := PairedInterval([]float64{1.1}); ok {
+		t.Error("an interval from one pair")
+	}
+	if _, _, ok := PairedInterval([]float64{1.1, 0}); ok {
+		t.Error("an interval over a ratio of 0")
+	}
+	// Pairs spread around 1.05: the interval holds their median and lies
+	// within their range, and renders the same every time.
+	ratios := []float64{0.98, 1.01, 1.03, 1.05, 1.05, 1.07, 1.09, 1.12}
+	lo, hi, ok := PairedInterval(ratios)
+	if !ok || lo > 1.05 || hi < 1.05 || lo < 0.98 || hi > 1.12 || lo == hi {
+		t.Errorf("spread pairs: %v-%v %v, want an interval around 1.05 within 0.98-1.12", lo, hi, ok)
+	}
+	if lo2, hi2, _ := PairedInterval(slices.Clone(ratios)); lo2 != lo || hi2 != hi {
+		t.Errorf("not reproducible: %v-%v then %v-%v", lo, hi, lo2, hi2)
 	}
 }
 
@@ -397,7 +426,7 @@ func TestRewriteHeadline(t *testing.T) {
 		{Level: "c", Threads: 1, Label: "retrieve (C++ API)", Ratio: f(0.62)},
 		{Level: "python", Threads: 1, Label: "`with context()` cycle", Ratio: f(0.97)},
 		{Level: "torch", Threads: 1, Label: "training step, 3 workers", Ratio: f(1.03),
-			DacSamples: []float64{103, 103}, NativeSamples: []float64{100, 100}},
+			PairRatios: []float64{1.03, 1.03}},
 	}}
 	path := filepath.Join(t.TempDir(), "README.md")
 	before := "# title\n\n" + headlineBeginMarker + "\nold\n" + headlineEndMarker + "\n\nafter " + beginMarker + "\n"

@@ -86,10 +86,23 @@ type Row struct {
 	NativeNs       *float64 `json:"native_ns"`
 	Ratio          *float64 `json:"ratio"`
 	// The samples each side's figure is the median of (per repetition at
-	// the C level, per process at the torch level), for the ratio's
-	// interval (RatioInterval).
+	// the C level), for the ratio's interval (RatioInterval).
 	DacSamples    []float64 `json:"distautograd_samples,omitempty"`
 	NativeSamples []float64 `json:"native_samples,omitempty"`
+	// Where the two sides ran in pairs (the torch level: a native and a
+	// backend process, alternating chunks), each pair's ratio: Ratio is
+	// their median, and the interval resamples them (PairedInterval).
+	PairRatios []float64 `json:"pair_ratios,omitempty"`
+}
+
+// Interval is the 90 % interval of the row's ratio: over its pairs where
+// it has them, else over each side's samples; ok is false where it has
+// neither.
+func (r Row) Interval() (lo, hi float64, ok bool) {
+	if len(r.PairRatios) > 0 {
+		return PairedInterval(r.PairRatios)
+	}
+	return RatioInterval(r.DacSamples, r.NativeSamples)
 }
 
 // Report is everything one run measured: build/bench.json.

@@ -167,7 +167,7 @@ func PrintTables(w io.Writer, rep Report) {
 		title := map[string]string{
 			"c":      "C level (bench/cxx/harness.cpp)",
 			"python": "Python level (bench/pybench.py, one process per implementation)",
-			"torch":  "torch level (bench/torchbench.py: torch's own distributed autograd under the backend against torch as built, alternating processes; wall time)",
+			"torch":  "torch level (bench/torchbench.py: torch's own distributed autograd under the backend against torch as built, in pairs of processes taking turns; wall time)",
 		}[level]
 		native := map[string]string{"c": "native", "python": "torch", "torch": "torch as built"}[level]
 		fmt.Fprintf(w, "\n#### %s\n\n", title)
@@ -176,7 +176,7 @@ func PrintTables(w io.Writer, rep Report) {
 		intervals := false
 		for i, r := range rows {
 			cells[i] = "-"
-			if lo, hi, ok := RatioInterval(r.DacSamples, r.NativeSamples); ok {
+			if lo, hi, ok := r.Interval(); ok {
 				cells[i], intervals = ratio(&lo)+"-"+ratio(&hi), true
 			}
 		}
@@ -258,11 +258,32 @@ func PrintTables(w io.Writer, rep Report) {
 var resampled = map[string]string{
 	"c":      "samples (each side's repetitions drawn again, with replacement)",
 	"python": "samples (each side's samples, from all its processes, drawn again with replacement)",
-	"torch":  "processes (each side's, drawn again with replacement; the processes of one side run the same code, yet land far apart on this machine)",
+	"torch":  "pairs of processes (each pair's ratio, the median of its rounds' distautograd chunk / native chunk, drawn again with replacement; the ratio is the median of the pairs')",
 }
 
-// intervalResamples is how many resamplings RatioInterval draws.
+// intervalResamples is how many resamplings an interval draws.
 const intervalResamples = 4000
+
+// PairedInterval returns the 5th and 95th percentiles of the median of
+// intervalResamples bootstrap resamples of ratios (drawn with replacement,
+// from a fixed seed): how far a median of pair ratios could move on a run
+// like it. ok is false for fewer than two ratios or a non-positive one.
+func PairedInterval(ratios []float64) (lo, hi float64, ok bool) {
+	if len(ratios) < 2 || slices.ContainsFunc(ratios, func(v float64) bool { return v <= 0 }) {
+		return 0, 0, false
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	meds := make([]float64, intervalResamples)
+	b := make([]float64, len(ratios))
+	for i := range meds {
+		for j := range b {
+			b[j] = ratios[rng.IntN(len(ratios))]
+		}
+		meds[i] = Median(b)
+	}
+	slices.Sort(meds)
+	return meds[intervalResamples*5/100], meds[intervalResamples*95/100-1], true
+}
 
 // RatioInterval returns the 5th and 95th percentiles of median(d')/median(n')
 // over intervalResamples bootstrap resamples d' of d and n' of n (each drawn with
@@ -400,7 +421,7 @@ func PrintHeadline(w io.Writer, rep Report) {
 	for _, r := range rep.Rows {
 		if r.Level == "torch" && strings.HasPrefix(r.Label, "training step") && r.Ratio != nil {
 			fmt.Fprintf(w, "\nA torch training step (%s): ratio %s", r.Label, ratio(r.Ratio))
-			if lo, hi, ok := RatioInterval(r.DacSamples, r.NativeSamples); ok {
+			if lo, hi, ok := r.Interval(); ok {
 				fmt.Fprintf(w, ", 90 %% interval %s-%s", ratio(&lo), ratio(&hi))
 			}
 			fmt.Fprintln(w, ".")

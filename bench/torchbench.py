@@ -1,70 +1,119 @@
 """The torch level of the benchmarks: torch's own torch.distributed.autograd
 natively and under the torch backend (LD_PRELOAD of
-build/libdistautograd_torch.so), each in its own processes, alternating.
-Each process runs a one-worker RPC agent on 127.0.0.1 and times every
-operation (wall clock, ns per operation); then three processes run steps of
-the training job of torch_backend/tests/train_job.py (its model and remote
-functions, one trainer thread) and worker 0 times them. A process times
-each operation in CHUNKS runs and keeps the fastest (other load on a shared
-machine only ever adds time); the figure of a side is the median over its
-processes (jobs), whose figures the row keeps as its samples (the report
-draws the ratio's interval from them). Rows go into build/bench.json with
-level "torch" and the torch version the interpreter has ("torch": "1.13",
-"2.6"; a torch other than the host's has its version in each row's label),
-replacing earlier rows of that torch; the other rows stay. make bench-torch
-runs it with the host's torch 1.13, then inside the Debian 13 root with its
-torch 2.6 (scripts/torch-root).
+build/libdistautograd_torch.so), in interleaved pairs of processes.
 
-usage: python3 bench/torchbench.py [--procs N]   (N processes a side, default 7)
+A pair is a native process and a backend process, started together, each
+running a one-worker RPC agent on 127.0.0.1 (for the training step: a
+native job and a backend job, three processes each, the model and remote
+functions of torch_backend/tests/train_job.py). Only one side of a pair
+runs at a time: the other is stopped (SIGSTOP; torch's TensorPipe agent
+busy-polls a core even when idle, and this machine has two). A round times
+every operation once on each side, in a chunk of a few milliseconds, the
+side that goes first alternating round by round; the round's ratio is
+distautograd's chunk over native's. So both sides of a ratio ran within
+milliseconds of each other, under the same load from the rest of the
+machine: the drift of a shared machine's load, which moves separate
+processes far apart, falls out of the ratio.
+
+A chunk is BATCHES batches of K calls, after K warm-up calls (the side was
+stopped a moment ago); its figure is the median over its batches of the
+batch's wall time / K (the slow operations, K = 1: a median per call).
+A pair's ratio is the median of its rounds' ratios; a row's ratio is the
+median of its pairs' ratios (the pair, a placement of processes on the
+machine, is what varies independently: the report's interval resamples
+pairs). distautograd_ns and native_ns are the medians of each side's
+chunk figures.
+
+Rows go into build/bench.json with level "torch" and the torch version the
+interpreter has ("torch": "1.13", "2.6"; a torch other than the host's has
+its version in each row's label), replacing earlier rows of that torch;
+the other rows stay. make bench-torch runs it with the host's torch 1.13,
+then inside the Debian 13 root with its torch 2.6 (scripts/torch-root).
+
+usage: python3 bench/torchbench.py [--pairs N] [--rounds R]
+       (N pairs of processes, default 8; R rounds a pair, default 20)
 """
+import contextlib
 import json
 import os
+import select
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 BUILD = os.path.join(ROOT, "build")
+JOB = os.path.join(ROOT, "torch_backend", "tests")
 
-CHUNKS = 3
 #: This machine's torch (Debian 12's): its rows' labels are the operations alone.
 HOST_TORCH = "1.13"
+#: How long a side may take to start or to answer before the run fails.
+TIMEOUT_S = 300
 
-
-def fastest(fn, n):
-    """ns per call of fn: the fastest of CHUNKS runs of n // CHUNKS calls,
-    after a warm-up of n // 10."""
-    for _ in range(n // 10):
-        fn()
-    k = max(1, n // CHUNKS)
-    best = None
-    for _ in range(CHUNKS):
-        t0 = time.perf_counter_ns()
-        for _ in range(k):
-            fn()
-        t = (time.perf_counter_ns() - t0) / k
-        best = t if best is None else min(best, t)
-    return best
-
-
+# (label, key, K calls a batch, batches a chunk): chunks of 3-30 ms.
 OPS = [
-    ("pass: `with context()` holding one `rpc_sync` with autograd (to itself)", 600),
-    ("pass + `dist_autograd.backward` through the RPC", 300),
-    ("`with context()` cycle", 5000),
-    ("`_retrieve_context`", 20000),
-    ("`_current_context`", 20000),
+    ("pass: `with context()` holding one `rpc_sync` with autograd (to itself)", "pass", 1, 40),
+    ("pass + `dist_autograd.backward` through the RPC", "backward", 1, 20),
+    ("`with context()` cycle", "cycle", 50, 40),
+    ("`_retrieve_context`", "retrieve", 500, 40),
+    ("`_current_context`", "current", 500, 40),
 ]
+TRAIN_OP = ("training step, 3 workers: nested `rpc_sync` through both peers and back, `rpc_async`, "
+            "`backward`, `DistributedOptimizer.step`", "step", 1, 10)
 
 
-def worker():
+def serve(fns, out):
+    """A side's loop: reads "KEY K BATCHES" lines from stdin, answers each
+    with the chunk's figure (ns per call) on out, until stdin closes.
+    fns[KEY] is (the operation, what the chunk runs inside)."""
+    clock = time.perf_counter_ns
+    out.write("ready\n")
+    out.flush()
+    for line in sys.stdin:
+        key, k, batches = line.split()
+        (fn, within), k, batches = fns[key], int(k), int(batches)
+        with within():
+            for _ in range(k):
+                fn()
+            figures = []
+            for _ in range(batches):
+                t0 = clock()
+                for _ in range(k):
+                    fn()
+                figures.append((clock() - t0) / k)
+        out.write("%r\n" % statistics.median(figures))
+        out.flush()
+
+
+def check_served(backend):
+    """Fails the side whose container is not the one it is meant to time.
+    The native side only reads its maps: importing distautograd would load
+    the library into it."""
+    if backend:
+        sys.path.insert(0, os.path.join(ROOT, "python_bindings"))
+        import distautograd.torch
+
+        served, why = distautograd.torch.state()
+    else:
+        with open("/proc/self/maps") as f:
+            served, why = "libdistautograd" in f.read(), "a distautograd library is mapped"
+    if served != backend:
+        sys.exit("torchbench: the %s side is %s by distautograd: %s"
+                 % ("backend" if backend else "native", "served" if served else "not served", why))
+
+
+def worker(backend):
     import torch
     import torch.distributed.autograd as da
     import torch.distributed.rpc as rpc
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", free_port()
     rpc.init_rpc("w0", rank=0, world_size=1)
+    check_served(backend)
     t = torch.ones(4, requires_grad=True)
 
     def rpc_pass():
@@ -80,23 +129,21 @@ def worker():
         with da.context():
             pass
 
-    out = {}
-    fns = [rpc_pass, backward_pass, cycle]
-    for (name, n), fn in zip(OPS[:3], fns):
-        out[name] = fastest(fn, n)
-    with da.context() as cid:
-        for (name, n), fn in zip(OPS[3:], (lambda: da._retrieve_context(cid), da._current_context)):
-            out[name] = fastest(fn, n)
+    held = []
+
+    @contextlib.contextmanager
+    def a_context():
+        with da.context() as cid:
+            held[:] = [cid]
+            yield
+
+    serve({"pass": (rpc_pass, contextlib.nullcontext), "backward": (backward_pass, contextlib.nullcontext),
+           "cycle": (cycle, contextlib.nullcontext), "retrieve": (lambda: da._retrieve_context(held[0]), a_context),
+           "current": (da._current_context, a_context)}, sys.stdout)
     rpc.shutdown()
-    print(json.dumps(out))
 
 
-TRAIN_OP = ("training step, 3 workers: nested `rpc_sync` through both peers and back, `rpc_async`, "
-            "`backward`, `DistributedOptimizer.step`", 300)
-JOB = os.path.join(ROOT, "torch_backend", "tests")
-
-
-def train_worker(rank, port):
+def train_worker(backend, rank, port):
     # train_job's functions travel by name: every worker imports the module.
     sys.path.insert(0, JOB)
     import torch
@@ -109,7 +156,7 @@ def train_worker(rank, port):
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
     opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=60)
     rpc.init_rpc("w%d" % rank, rank=rank, world_size=tj.WORLD, rpc_backend_options=opts)
-    out = {}
+    check_served(backend)
     if rank == 0:
         near, far = "w1", "w2"
         rref1 = rpc.remote(near, tj.make_linear, args=(8, 16, 100))
@@ -129,11 +176,8 @@ def train_worker(rank, port):
                 da.backward(cid, [loss])
                 opt.step(cid)
 
-        name, n = TRAIN_OP
-        out[name] = fastest(step, n)
+        serve({"step": (step, contextlib.nullcontext)}, sys.stdout)
     rpc.shutdown()
-    if rank == 0:
-        print(json.dumps(out))
 
 
 def free_port():
@@ -144,54 +188,133 @@ def free_port():
     return str(port)
 
 
-def run_job(env):
-    """The training job's step time, from worker 0 of three processes."""
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, __file__, "--train", str(rank), port], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(3)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        if p.returncode != 0:
-            return None, err
-    return json.loads(outs[0][0].strip().splitlines()[-1]), ""
+class Side:
+    """One side of a pair: its processes (the first takes the commands),
+    stopped whenever the other side runs."""
+
+    def __init__(self, backend, argvs):
+        self.backend = backend
+        self.name = "backend" if backend else "native"
+        # USE_LIBUV=0: Debian 13's torch 2.6 has no libuv for env://.
+        env = dict(os.environ, GLOG_minloglevel="2", USE_LIBUV="0")
+        env.pop("LD_PRELOAD", None)
+        if backend:
+            env["LD_PRELOAD"] = os.path.join(BUILD, "libdistautograd_torch.so")
+        self.errs = [tempfile.TemporaryFile(mode="w+") for _ in argvs]
+        self.procs = [subprocess.Popen([sys.executable, __file__] + argv + [self.name], env=env,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+                      for argv, err in zip(argvs, self.errs)]
+        self.lead = self.procs[0]
+
+    def _line(self):
+        ready, _, _ = select.select([self.lead.stdout], [], [], TIMEOUT_S)
+        line = self.lead.stdout.readline() if ready else ""
+        if not line:
+            self.fail("no answer in %d s" % TIMEOUT_S if not ready else "its process ended")
+        return line.strip()
+
+    def fail(self, why):
+        msgs = []
+        for p, err in zip(self.procs, self.errs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+            p.wait()
+            err.seek(0)
+            msgs.append(err.read()[-4000:])
+        sys.exit("torchbench: a %s side failed (%s):\n%s" % (self.name, why, "\n".join(msgs)))
+
+    def ready(self):
+        if self._line() != "ready":
+            self.fail("it did not start")
+        self.signal(signal.SIGSTOP)
+
+    def signal(self, sig):
+        for p in self.procs:
+            p.send_signal(sig)
+
+    def chunk(self, key, k, batches):
+        """The figure of one chunk, ns per call, the side run only meanwhile."""
+        self.signal(signal.SIGCONT)
+        self.lead.stdin.write("%s %d %d\n" % (key, k, batches))
+        self.lead.stdin.flush()
+        try:
+            figure = float(self._line())
+        except ValueError:
+            self.fail("an answer that is not a figure")
+        self.signal(signal.SIGSTOP)
+        return figure
+
+    def close(self):
+        self.signal(signal.SIGCONT)
+        self.lead.stdin.close()
+        for p in self.procs:
+            try:
+                p.wait(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.fail("it did not shut down")
+            if p.returncode != 0:
+                self.fail("exit status %d" % p.returncode)
+
+
+def run_pair(argvs, ops, rounds, figures):
+    """Starts a native and a backend side, runs the rounds, and adds each
+    op's chunk figures and round ratios to figures[key]."""
+    sides = [Side(False, argvs()), Side(True, argvs())]
+    for s in sides:
+        s.ready()
+    for r in range(rounds):
+        for i, (_, key, k, batches) in enumerate(ops):
+            got = {}
+            for s in sides if (r + i) % 2 == 0 else sides[::-1]:
+                got[s.backend] = s.chunk(key, k, batches)
+            f = figures.setdefault(key, {"dac": [], "nat": [], "ratios": []})
+            f["dac"].append(got[True])
+            f["nat"].append(got[False])
+            f["ratios"].append(got[True] / got[False])
+    for s in sides:
+        s.close()
 
 
 def main():
     import torch
 
     version = ".".join(torch.__version__.split(".")[:2])
-    procs = 7
-    if "--procs" in sys.argv:
-        procs = int(sys.argv[sys.argv.index("--procs") + 1])
-    results = {False: [], True: []}
-    for i in range(2 * procs):
-        backend = (i % 2 == 1) if (i // 2) % 2 == 0 else (i % 2 == 0)  # ABBA order
-        # USE_LIBUV=0: Debian 13's torch 2.6 has no libuv for env://.
-        env = dict(os.environ, GLOG_minloglevel="2", USE_LIBUV="0")
-        env.pop("LD_PRELOAD", None)
-        if backend:
-            env["LD_PRELOAD"] = os.path.join(BUILD, "libdistautograd_torch.so")
-        r = subprocess.run([sys.executable, __file__, "--worker"], env=env, capture_output=True, text=True,
-                           timeout=600)
-        if r.returncode != 0:
-            sys.exit("torchbench: a %s process failed:\n%s" % ("backend" if backend else "native", r.stderr))
-        res = json.loads(r.stdout.strip().splitlines()[-1])
-        job, err = run_job(env)
-        if job is None:
-            sys.exit("torchbench: a %s training job failed:\n%s" % ("backend" if backend else "native", err))
-        res.update(job)
-        results[backend].append(res)
+    pairs, rounds = 8, 20
+    if "--pairs" in sys.argv:
+        pairs = int(sys.argv[sys.argv.index("--pairs") + 1])
+    if "--rounds" in sys.argv:
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
+    if pairs < 1 or rounds < 1:
+        sys.exit("torchbench: --pairs and --rounds take a count >= 1")
+    # Per op: every chunk figure of each side, and each pair's ratio.
+    per_op = {key: {"dac": [], "nat": [], "pairs": []} for _, key, _, _ in OPS + [TRAIN_OP]}
+    t0 = time.monotonic()
+    for n in range(pairs):
+        port = []
+        figures = {}
+        run_pair(lambda: [["--worker"]], OPS, rounds, figures)
+
+        def job():
+            port[:] = [free_port()]
+            return [["--train", str(rank), port[0]] for rank in range(3)]
+
+        run_pair(job, [TRAIN_OP], rounds, figures)
+        for key, f in figures.items():
+            per_op[key]["dac"] += f["dac"]
+            per_op[key]["nat"] += f["nat"]
+            per_op[key]["pairs"].append(statistics.median(f["ratios"]))
+        print("torchbench: torch %s, pair %d of %d (%.0f s)" % (version, n + 1, pairs, time.monotonic() - t0),
+              file=sys.stderr)
     rows = []
     print("| operation | distautograd ns/op | torch ns/op | ratio |\n|---|---:|---:|---:|")
-    for name, _ in OPS[:2] + [TRAIN_OP] + OPS[2:]:
-        dac = [x[name] for x in results[True]]
-        nat = [x[name] for x in results[False]]
-        d, n = statistics.median(dac), statistics.median(nat)
+    for name, key, _, _ in OPS[:2] + [TRAIN_OP] + OPS[2:]:
+        f = per_op[key]
+        d, n, ratio = statistics.median(f["dac"]), statistics.median(f["nat"]), statistics.median(f["pairs"])
         rows.append({"level": "torch", "op": name, "threads": 1, "distautograd_ns": round(d, 1),
-                     "native_ns": round(n, 1), "ratio": round(d / n, 3),
-                     "distautograd_samples": [round(v, 1) for v in dac],
-                     "native_samples": [round(v, 1) for v in nat]})
-        print("| %s | %.1f | %.1f | %.2f |" % (name, d, n, d / n))
+                     "native_ns": round(n, 1), "ratio": round(ratio, 3),
+                     "pair_ratios": [round(v, 4) for v in f["pairs"]]})
+        print("| %s | %.1f | %.1f | %.2f |" % (name, d, n, ratio))
     # build/bench.json is make bench's report (an object with "rows"): the
     # torch rows replace any earlier ones; docs/benchmarks.md and the README's
     # headline are rendered from it (go run ./bench -from build/bench.json
@@ -219,10 +342,11 @@ def main():
 
 
 if __name__ == "__main__":
+    side = sys.argv[-1] == "backend"
     if "--worker" in sys.argv:
-        worker()
+        worker(side)
     elif "--train" in sys.argv:
         i = sys.argv.index("--train")
-        train_worker(int(sys.argv[i + 1]), sys.argv[i + 2])
+        train_worker(side, int(sys.argv[i + 1]), sys.argv[i + 2])
     else:
         main()
