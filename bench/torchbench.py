@@ -21,7 +21,7 @@ batch's wall time / K (the slow operations, K = 1: a median per call).
 A pair's ratio is the median of its rounds' ratios; a row's ratio is the
 median of its pairs' ratios (the pair, a placement of processes on the
 machine, is what varies independently: the report's interval resamples
-pairs). distautograd_ns and native_ns are the medians of each side's
+pairs). The training job's pairs vary most, so it gets more of them. distautograd_ns and native_ns are the medians of each side's
 chunk figures.
 
 Rows go into build/bench.json with level "torch" and the torch version the
@@ -30,8 +30,9 @@ its version in each row's label), replacing earlier rows of that torch;
 the other rows stay. make bench-torch runs it with the host's torch 1.13,
 then inside the Debian 13 root with its torch 2.6 (scripts/torch-root).
 
-usage: python3 bench/torchbench.py [--pairs N] [--rounds R]
-       (N pairs of processes, default 8; R rounds a pair, default 20)
+usage: python3 bench/torchbench.py [--pairs N] [--rounds R] [--job-pairs M] [--job-rounds S]
+       (N pairs of one-process sides of R rounds, default 8 of 20; M pairs of
+       training jobs of S rounds, default 16 of 10)
 """
 import contextlib
 import json
@@ -280,32 +281,36 @@ def main():
     import torch
 
     version = ".".join(torch.__version__.split(".")[:2])
-    pairs, rounds = 8, 20
-    if "--pairs" in sys.argv:
-        pairs = int(sys.argv[sys.argv.index("--pairs") + 1])
-    if "--rounds" in sys.argv:
-        rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
-    if pairs < 1 or rounds < 1:
-        sys.exit("torchbench: --pairs and --rounds take a count >= 1")
+    counts = {"--pairs": 8, "--rounds": 20, "--job-pairs": 16, "--job-rounds": 10}
+    for flag in counts:
+        if flag in sys.argv:
+            counts[flag] = int(sys.argv[sys.argv.index(flag) + 1])
+    if min(counts.values()) < 1:
+        sys.exit("torchbench: %s take a count >= 1" % ", ".join(counts))
     # Per op: every chunk figure of each side, and each pair's ratio.
     per_op = {key: {"dac": [], "nat": [], "pairs": []} for _, key, _, _ in OPS + [TRAIN_OP]}
     t0 = time.monotonic()
-    for n in range(pairs):
-        port = []
+
+    def pair(argvs, ops, rounds, what, n, of):
         figures = {}
-        run_pair(lambda: [["--worker"]], OPS, rounds, figures)
-
-        def job():
-            port[:] = [free_port()]
-            return [["--train", str(rank), port[0]] for rank in range(3)]
-
-        run_pair(job, [TRAIN_OP], rounds, figures)
+        run_pair(argvs, ops, rounds, figures)
         for key, f in figures.items():
             per_op[key]["dac"] += f["dac"]
             per_op[key]["nat"] += f["nat"]
             per_op[key]["pairs"].append(statistics.median(f["ratios"]))
-        print("torchbench: torch %s, pair %d of %d (%.0f s)" % (version, n + 1, pairs, time.monotonic() - t0),
+        print("torchbench: torch %s, %s pair %d of %d (%.0f s)" % (version, what, n + 1, of, time.monotonic() - t0),
               file=sys.stderr)
+
+    def job():
+        port = free_port()
+        return [["--train", str(rank), port] for rank in range(3)]
+
+    # The training job's pairs vary more (three busy-polling agents a side
+    # on a small machine), so it gets more of them, of fewer rounds.
+    for n in range(counts["--pairs"]):
+        pair(lambda: [["--worker"]], OPS, counts["--rounds"], "one-process", n, counts["--pairs"])
+    for n in range(counts["--job-pairs"]):
+        pair(job, [TRAIN_OP], counts["--job-rounds"], "training-job", n, counts["--job-pairs"])
     rows = []
     print("| operation | distautograd ns/op | torch ns/op | ratio |\n|---|---:|---:|---:|")
     for name, key, _, _ in OPS[:2] + [TRAIN_OP] + OPS[2:]:
@@ -343,7 +348,9 @@ def main():
 
 if __name__ == "__main__":
     side = sys.argv[-1] == "backend"
-    if "--worker" in sys.argv:
+    if "-h" in sys.argv or "--help" in sys.argv:
+        print(__doc__)
+    elif "--worker" in sys.argv:
         worker(side)
     elif "--train" in sys.argv:
         i = sys.argv.index("--train")

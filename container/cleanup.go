@@ -387,9 +387,14 @@ func (c *FanoutQueue) run() {
 	}
 }
 
+// errNoSender is an attempt's error when no sender is set: one value, so
+// that every attempt (on the releasing thread, when inline) does not
+// allocate one.
+var errNoSender = errors.New("no cleanup sender set")
+
 func (c *FanoutQueue) deliver(j cleanupJob) {
 	j.attempt++
-	err := errors.New("no cleanup sender set")
+	err := errNoSender
 	c.sendMu.RLock()
 	b := c.send.Load()
 	if b != nil {
