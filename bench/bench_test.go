@@ -425,8 +425,11 @@ func TestRewriteHeadline(t *testing.T) {
 		{Level: "c", Threads: 2, Label: "is-valid (C ABI)", Ratio: f(9)},
 		{Level: "c", Threads: 1, Label: "retrieve (C++ API)", Ratio: f(0.62)},
 		{Level: "python", Threads: 1, Label: "`with context()` cycle", Ratio: f(0.97)},
-		{Level: "torch", Threads: 1, Label: "training step, 3 workers", Ratio: f(1.03),
+		{Level: "torch", Op: "training step, 3 workers", Torch: "1.13", Threads: 1, Label: "training step, 3 workers", Ratio: f(1.03),
 			PairRatios: []float64{1.03, 1.03}},
+		{Level: "torch", Op: "training step, 3 workers", Torch: "2.6", Threads: 1, Label: "training step, 3 workers (torch 2.6)", Ratio: f(1.1),
+			PairRatios: []float64{1.1, 1.1}},
+		{Level: "torch", Op: "cycle", Torch: "1.13", Threads: 1, Label: "cycle", Ratio: f(1.21)},
 	}}
 	path := filepath.Join(t.TempDir(), "README.md")
 	before := "# title\n\n" + headlineBeginMarker + "\nold\n" + headlineEndMarker + "\n\nafter " + beginMarker + "\n"
@@ -446,8 +449,12 @@ func TestRewriteHeadline(t *testing.T) {
 		"| C ABI (`dac_*`), 1 thread | 3 | 0.60 | 0.20 - 0.80 |\n",
 		"| C++ API (`distautograd.hpp`), 1 thread | 1 | 0.62 | 0.62 - 0.62 |\n",
 		"| Python package, against torch's binding | 1 | 0.97 | 0.97 - 0.97 |\n",
-		"| torch backend, against torch as built | 1 | 1.03 | 1.03 - 1.03 |\n",
-		"A torch training step (training step, 3 workers): ratio 1.03, 90 % interval 1.03-1.03.\n",
+		"| torch backend, against torch as built | 3 | 1.10 | 1.03 - 1.21 |\n",
+		// Every torch row, by torch version: a row run on one torch only
+		// has a dash for the other, and one without pairs no interval.
+		"| torch operation | torch 1.13 | torch 2.6 |\n",
+		"| training step, 3 workers | 1.03 (1.03-1.03) | 1.10 (1.10-1.10) |\n",
+		"| cycle | 1.21 | - |\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", want, got)

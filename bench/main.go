@@ -93,6 +93,8 @@ type Row struct {
 	// backend process, alternating chunks), each pair's ratio: Ratio is
 	// their median, and the interval resamples them (PairedInterval).
 	PairRatios []float64 `json:"pair_ratios,omitempty"`
+	// The torch level's rows: the torch release they ran on ("1.13").
+	Torch string `json:"torch,omitempty"`
 }
 
 // Interval is the 90 % interval of the row's ratio: over its pairs where

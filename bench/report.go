@@ -418,16 +418,61 @@ func PrintHeadline(w io.Writer, rep Report) {
 		med := Median(ratios)
 		fmt.Fprintf(w, "| %s | %d | %s | %s - %s |\n", g.name, len(ratios), ratio(&med), ratio(&ratios[0]), ratio(&ratios[len(ratios)-1]))
 	}
-	for _, r := range rep.Rows {
-		if r.Level == "torch" && strings.HasPrefix(r.Label, "training step") && r.Ratio != nil {
-			fmt.Fprintf(w, "\nA torch training step (%s): ratio %s", r.Label, ratio(r.Ratio))
-			if lo, hi, ok := r.Interval(); ok {
-				fmt.Fprintf(w, ", 90 %% interval %s-%s", ratio(&lo), ratio(&hi))
-			}
-			fmt.Fprintln(w, ".")
-		}
-	}
+	printTorchByVersion(w, rep.Rows)
 	fmt.Fprintln(w, "\nRatio = distautograd's time / the native component's time for the same operation, measured in alternation on one machine: below 1.0, distautograd is faster.")
+}
+
+// printTorchByVersion writes the torch level's rows as one table, an
+// operation per row and a torch version per column, each cell the ratio
+// and its interval: the torch backend's figures, whole, for every torch run.
+func printTorchByVersion(w io.Writer, rows []Row) {
+	var ops, versions []string
+	cell := map[string]map[string]Row{}
+	for _, r := range rows {
+		if r.Level != "torch" || r.Ratio == nil {
+			continue
+		}
+		v := r.Torch
+		if v == "" {
+			v = "?"
+		}
+		if cell[r.Op] == nil {
+			ops = append(ops, r.Op)
+			cell[r.Op] = map[string]Row{}
+		}
+		if !slices.Contains(versions, v) {
+			versions = append(versions, v)
+		}
+		cell[r.Op][v] = r
+	}
+	if len(ops) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nThe torch backend against torch as built, each row (ratio, and its 90 % interval over the run's pairs of processes):")
+	fmt.Fprintln(w)
+	head, rule := "| torch operation |", "|---|"
+	for _, v := range versions {
+		head += " torch " + v + " |"
+		rule += "---:|"
+	}
+	fmt.Fprintf(w, "%s\n%s\n", head, rule)
+	for _, op := range ops {
+		fmt.Fprintf(w, "| %s |", op)
+		for _, v := range versions {
+			r, ok := cell[op][v]
+			switch {
+			case !ok:
+				fmt.Fprint(w, " - |")
+			default:
+				fmt.Fprintf(w, " %s", ratio(r.Ratio))
+				if lo, hi, ok := r.Interval(); ok {
+					fmt.Fprintf(w, " (%s-%s)", ratio(&lo), ratio(&hi))
+				}
+				fmt.Fprint(w, " |")
+			}
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // PrintByThreads writes a harness's own output (its JSON rows, as kept in
