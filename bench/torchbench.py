@@ -193,6 +193,10 @@ class Side:
     """One side of a pair: its processes (the first takes the commands),
     stopped whenever the other side runs."""
 
+    #: Every side started and not closed: a failure ends them all, so that
+    #: no process is left behind stopped.
+    live = []
+
     def __init__(self, backend, argvs):
         self.backend = backend
         self.name = "backend" if backend else "native"
@@ -206,6 +210,7 @@ class Side:
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
                       for argv, err in zip(argvs, self.errs)]
         self.lead = self.procs[0]
+        Side.live.append(self)
 
     def _line(self):
         ready, _, _ = select.select([self.lead.stdout], [], [], TIMEOUT_S)
@@ -215,12 +220,14 @@ class Side:
         return line.strip()
 
     def fail(self, why):
+        for side in Side.live:
+            for p in side.procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                p.wait()
         msgs = []
-        for p, err in zip(self.procs, self.errs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGCONT)
-                p.kill()
-            p.wait()
+        for err in self.errs:
             err.seek(0)
             msgs.append(err.read()[-4000:])
         sys.exit("torchbench: a %s side failed (%s):\n%s" % (self.name, why, "\n".join(msgs)))
@@ -256,6 +263,7 @@ class Side:
                 self.fail("it did not shut down")
             if p.returncode != 0:
                 self.fail("exit status %d" % p.returncode)
+        Side.live.remove(self)
 
 
 def run_pair(argvs, ops, rounds, figures):
