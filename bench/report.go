@@ -272,17 +272,9 @@ func PairedInterval(ratios []float64) (lo, hi float64, ok bool) {
 	if len(ratios) < 2 || slices.ContainsFunc(ratios, func(v float64) bool { return v <= 0 }) {
 		return 0, 0, false
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	meds := make([]float64, intervalResamples)
 	b := make([]float64, len(ratios))
-	for i := range meds {
-		for j := range b {
-			b[j] = ratios[rng.IntN(len(ratios))]
-		}
-		meds[i] = Median(b)
-	}
-	slices.Sort(meds)
-	return meds[intervalResamples*5/100], meds[intervalResamples*95/100-1], true
+	lo, hi = bootstrap(func(rng *rand.Rand) float64 { return Median(redraw(rng, b, ratios)) })
+	return lo, hi, true
 }
 
 // RatioInterval returns the 5th and 95th percentiles of median(d')/median(n')
@@ -294,20 +286,32 @@ func RatioInterval(d, n []float64) (lo, hi float64, ok bool) {
 	if len(d) < 2 || len(n) < 2 || slices.ContainsFunc(n, func(v float64) bool { return v <= 0 }) {
 		return 0, 0, false
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	ratios := make([]float64, intervalResamples)
 	bd, bn := make([]float64, len(d)), make([]float64, len(n))
-	for i := range ratios {
-		for j := range bd {
-			bd[j] = d[rng.IntN(len(d))]
-		}
-		for j := range bn {
-			bn[j] = n[rng.IntN(len(n))]
-		}
-		ratios[i] = Median(bd) / Median(bn)
+	lo, hi = bootstrap(func(rng *rand.Rand) float64 {
+		return Median(redraw(rng, bd, d)) / Median(redraw(rng, bn, n))
+	})
+	return lo, hi, true
+}
+
+// bootstrap returns the 5th and 95th percentiles of stat over
+// intervalResamples draws, from one fixed seed, so that a report renders
+// the same every time.
+func bootstrap(stat func(rng *rand.Rand) float64) (lo, hi float64) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	vals := make([]float64, intervalResamples)
+	for i := range vals {
+		vals[i] = stat(rng)
 	}
-	slices.Sort(ratios)
-	return ratios[intervalResamples*5/100], ratios[intervalResamples*95/100-1], true
+	slices.Sort(vals)
+	return vals[intervalResamples*5/100], vals[intervalResamples*95/100-1]
+}
+
+// redraw fills dst with len(dst) values drawn from src with replacement.
+func redraw(rng *rand.Rand, dst, src []float64) []float64 {
+	for j := range dst {
+		dst[j] = src[rng.IntN(len(src))]
+	}
+	return dst
 }
 
 func num(p *float64, prec int) string {
@@ -460,16 +464,15 @@ func printTorchByVersion(w io.Writer, rows []Row) {
 		fmt.Fprintf(w, "| %s |", op)
 		for _, v := range versions {
 			r, ok := cell[op][v]
-			switch {
-			case !ok:
+			if !ok {
 				fmt.Fprint(w, " - |")
-			default:
-				fmt.Fprintf(w, " %s", ratio(r.Ratio))
-				if lo, hi, ok := r.Interval(); ok {
-					fmt.Fprintf(w, " (%s-%s)", ratio(&lo), ratio(&hi))
-				}
-				fmt.Fprint(w, " |")
+				continue
 			}
+			fmt.Fprintf(w, " %s", ratio(r.Ratio))
+			if lo, hi, ok := r.Interval(); ok {
+				fmt.Fprintf(w, " (%s-%s)", ratio(&lo), ratio(&hi))
+			}
+			fmt.Fprint(w, " |")
 		}
 		fmt.Fprintln(w)
 	}

@@ -266,9 +266,10 @@ class Side:
         Side.live.remove(self)
 
 
-def run_pair(argvs, ops, rounds, figures):
-    """Starts a native and a backend side, runs the rounds, and adds each
-    op's chunk figures and round ratios to figures[key]."""
+def run_pair(argvs, ops, rounds):
+    """Starts a native and a backend side, runs the rounds, and returns each
+    op's chunk figures and round ratios by its key."""
+    figures = {}
     sides = [Side(False, argvs()), Side(True, argvs())]
     for s in sides:
         s.ready()
@@ -283,6 +284,7 @@ def run_pair(argvs, ops, rounds, figures):
             f["ratios"].append(got[True] / got[False])
     for s in sides:
         s.close()
+    return figures
 
 
 def main():
@@ -300,9 +302,7 @@ def main():
     t0 = time.monotonic()
 
     def pair(argvs, ops, rounds, what, n, of):
-        figures = {}
-        run_pair(argvs, ops, rounds, figures)
-        for key, f in figures.items():
+        for key, f in run_pair(argvs, ops, rounds).items():
             per_op[key]["dac"] += f["dac"]
             per_op[key]["nat"] += f["nat"]
             per_op[key]["pairs"].append(statistics.median(f["ratios"]))
@@ -324,19 +324,17 @@ def main():
     for name, key, _, _ in OPS[:2] + [TRAIN_OP] + OPS[2:]:
         f = per_op[key]
         d, n, ratio = statistics.median(f["dac"]), statistics.median(f["nat"]), statistics.median(f["pairs"])
-        rows.append({"level": "torch", "op": name, "threads": 1, "distautograd_ns": round(d, 1),
-                     "native_ns": round(n, 1), "ratio": round(ratio, 3),
+        rows.append({"level": "torch", "op": name, "threads": 1, "torch": version,
+                     "label": name if version == HOST_TORCH else "%s (torch %s)" % (name, version),
+                     "distautograd_call": "torch under the backend (distautograd-torch)",
+                     "native_call": "torch as built (its own container)",
+                     "distautograd_ns": round(d, 1), "native_ns": round(n, 1), "ratio": round(ratio, 3),
                      "pair_ratios": [round(v, 4) for v in f["pairs"]]})
         print("| %s | %.1f | %.1f | %.2f |" % (name, d, n, ratio))
     # build/bench.json is make bench's report (an object with "rows"): the
     # torch rows replace any earlier ones; docs/benchmarks.md and the README's
     # headline are rendered from it (go run ./bench -from build/bench.json
     # -tables docs/benchmarks.md -headline README.md).
-    for r in rows:
-        r["torch"] = version
-        r["label"] = r["op"] if version == HOST_TORCH else "%s (torch %s)" % (r["op"], version)
-        r["distautograd_call"] = "torch under the backend (distautograd-torch)"
-        r["native_call"] = "torch as built (its own container)"
     path = os.path.join(BUILD, "bench.json")
     try:
         with open(path) as f:
