@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The five lines of Go's runtime that scripts/go-runtime-overlay replaces
+// The six lines of Go's runtime that scripts/go-runtime-overlay replaces
 // in every build of the library, read off its machine code, and its STATUS.
 
 // overlayChange is one of them: its name in STATUS, its file in
@@ -27,9 +27,10 @@ var (
 	waitWithoutLock       = overlayChange{"wait-without-lock", "cgocall.go", "\t\t<-main_init_done"}
 	callbackIsASchedule   = overlayChange{"callback-is-a-schedule", "cgocall.go", "\texitsyscall() // coming out of cgo call"}
 	monitorBacksOffAtOnce = overlayChange{"monitor-backs-off-at-once", "proc.go", "\t\t} else if idle > 50 { // start doubling the sleep after 1ms..."}
+	monitorFirstNapLong   = overlayChange{"monitor-first-nap-long", "proc.go", "\t\tif idle == 0 { // start with 20us sleep..."}
 	takeAPFromC           = overlayChange{"take-a-p-from-c", "proc.go", "\t// Try to get an idle P."}
 	monitorServesWork     = overlayChange{"monitor-serves-work-on-ps-in-c", "proc.go", "\t\tsysretake := false"}
-	overlayChanges        = []overlayChange{waitWithoutLock, callbackIsASchedule, monitorBacksOffAtOnce, monitorServesWork, takeAPFromC} // in the script's order
+	overlayChanges        = []overlayChange{waitWithoutLock, callbackIsASchedule, monitorBacksOffAtOnce, monitorFirstNapLong, monitorServesWork, takeAPFromC} // in the script's order
 )
 
 // A call from C into Go takes no lock that every thread shares: the
@@ -103,6 +104,27 @@ func TestMonitorBacksOffAtOnce(t *testing.T) {
 		compared := slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "CMPQ ") && strings.HasSuffix(s, "$0x32") })
 		doubled := slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "SHLL ") })
 		assert.True(t, compared && doubled, "%s: runtime.sysmon's %s neither compares idle with 50 nor doubles the nap: %v", rel, line, onLine)
+	}
+}
+
+// After a wake, Go's monitor naps 2.56 ms first unless a thread waits for
+// a P: in runtime.sysmon of each build, the change's line stores the nap
+// of 2,560 us ($0xa00) and compares idle with 0 (Go as shipped stores 20
+// there). A build that did not take the change has no overlay's line to
+// read.
+func TestMonitorFirstNapLong(t *testing.T) {
+	t.Parallel()
+	goTool, applied := requireOverlay(t, monitorFirstNapLong)
+	if !applied {
+		return // requireOverlay checked why (STATUS)
+	}
+	line := overlaidLine(t, monitorFirstNapLong, "a first nap of 2.56 ms")
+	for _, rel := range overlaidLibraries {
+		onLine := instructionsOn(t, goTool, rel, "runtime.sysmon", line)
+		long := slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "MOVL $0xa00, ") })
+		short := slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "MOVL $0x14, ") })
+		assert.True(t, long, "%s: runtime.sysmon's %s stores no first nap of 2,560 us: %v", rel, line, onLine)
+		assert.False(t, short, "%s: runtime.sysmon's %s stores a nap of 20 us on the change's own line: %v", rel, line, onLine)
 	}
 }
 
@@ -283,11 +305,11 @@ func callees(listing []instruction) []string {
 func TestOverlayScriptOnOtherGos(t *testing.T) {
 	t.Parallel()
 	script := filepath.Join(repoRoot(t), "scripts", "go-runtime-overlay")
-	wait, callback, monitor, take, serve := waitWithoutLock.line, callbackIsASchedule.line, monitorBacksOffAtOnce.line, takeAPFromC.line, monitorServesWork.line
+	wait, callback, monitor, firstNap, take, serve := waitWithoutLock.line, callbackIsASchedule.line, monitorBacksOffAtOnce.line, monitorFirstNapLong.line, takeAPFromC.line, monitorServesWork.line
 	asGo126 := map[string]string{
 		"cgocall.go": "package runtime\n" + wait + "\n" + callback + "\n",
-		"proc.go":    "package runtime\n" + monitor + "\n" + take + "\n" + serve + "\n"}
-	all := []string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "monitor-serves-work-on-ps-in-c", "take-a-p-from-c"}
+		"proc.go":    "package runtime\n" + firstNap + "\n" + monitor + "\n" + take + "\n" + serve + "\n"}
+	all := []string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "monitor-first-nap-long", "monitor-serves-work-on-ps-in-c", "take-a-p-from-c"}
 	for _, tc := range []struct {
 		name    string
 		files   map[string]string // runtime file: its text (absent: missing)
@@ -316,7 +338,7 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 		{name: "switched off", files: asGo126, off: true,
 			stderr: "go-runtime-overlay: switched off (GO_RUNTIME_OVERLAY=0): Go's runtime as it is"},
 		{name: "without one change", files: asGo126, args: []string{"--without=monitor-serves-work-on-ps-in-c"},
-			applied: []string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "take-a-p-from-c"},
+			applied: []string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "monitor-first-nap-long", "take-a-p-from-c"},
 			changed: []string{"cgocall.go", "proc.go"}},
 		{name: "without a change that is none", files: asGo126, args: []string{"--without=no-such-change"}, refused: true,
 			stderr: "go-runtime-overlay: --without=no-such-change: no change has that name"},

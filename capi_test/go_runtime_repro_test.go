@@ -93,7 +93,7 @@ func TestGoRuntimeReproducers(t *testing.T) {
 			// runtime without change 5 starves the timer; the loop stops
 			// after 2 s at most.
 			for _, m := range []struct{ mode, threads, procs, ms string }{
-				{"loop", "2", "2", "200"}, {"sparse", "1", "2", "200"}, {"mixed", "4", "2", "200"}, {"timer", "1", "1", "2000"}} {
+				{"loop", "2", "2", "200"}, {"sparse", "1", "2", "200"}, {"turns", "16", "2", "200"}, {"mixed", "4", "2", "200"}, {"timer", "1", "1", "2000"}} {
 				r := runEnv(t, []string{"GOMAXPROCS=" + m.procs}, driver, m.mode, m.threads, m.ms)
 				require.Equal(t, 0, r.Code, "stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
 				f := line.FindStringSubmatch(r.Stdout)

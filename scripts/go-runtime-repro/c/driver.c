@@ -11,6 +11,10 @@
 **           every call takes, a P taken back at every look of the monitor);
 **   sparse  each thread calls it every 2 ms, asleep in between (how often
 **           Go's monitor wakes for calls that come now and then);
+**   turns   the threads take turns: one call every 4 ms, each from the
+**           next thread, as the threads of a pool serve requests (how
+**           often Go's monitor wakes when every call comes from a thread
+**           that has not called for a while);
 **   mixed   each thread calls a Go function that runs 200 us, then runs C
 **           code for 200 us, more threads than Ps (how long a call waits
 **           for a P when others hold them out in C);
@@ -45,6 +49,10 @@
 static const char *mode;
 static int64_t duration_ns;
 
+/* turns mode: the calls' spacing, and when the first was due. */
+enum { TURN_NS = 4000000 };
+static int64_t turns_start;
+
 /* timer mode: the waits the waiting thread makes, of WAIT_MS each. */
 enum { WAITS = 5, WAIT_MS = 50 };
 
@@ -54,8 +62,11 @@ static int started, looping, waits_done;
 
 typedef struct {
 	pthread_t thread;
+	int index; /* turns mode: the thread's place in the turns */
 	int64_t calls, over_1ms, max_ns, cpu_ns, wall_ns;
 } worker;
+
+static int nthreads;
 
 typedef struct {
 	pthread_t thread;
@@ -82,6 +93,11 @@ static void *run(void *arg) {
 	** around each, it would cost more than the call. */
 	int timer = strcmp(mode, "timer") == 0;
 	int batch = strcmp(mode, "loop") == 0 || timer ? 1000 : 1;
+	if (strcmp(mode, "turns") == 0) {
+		int64_t due = turns_start + w->index * (int64_t)TURN_NS;
+		struct timespec ts = {due / 1000000000, due % 1000000000};
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+	}
 	while (now(CLOCK_MONOTONIC) - start < duration_ns &&
 	       !(timer && __atomic_load_n(&waits_done, __ATOMIC_ACQUIRE))) {
 		int64_t t0 = now(CLOCK_MONOTONIC), own = 0;
@@ -107,6 +123,10 @@ static void *run(void *arg) {
 		if (strcmp(mode, "sparse") == 0) {
 			struct timespec ts = {0, 2000000};
 			nanosleep(&ts, NULL);
+		} else if (strcmp(mode, "turns") == 0) {
+			int64_t due = turns_start + (w->calls * nthreads + w->index) * (int64_t)TURN_NS;
+			struct timespec ts = {due / 1000000000, due % 1000000000};
+			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
 		} else if (strcmp(mode, "mixed") == 0) {
 			spin_c(200000);
 		}
@@ -159,8 +179,8 @@ static int64_t process_cpu(struct rusage *ru) {
 
 int main(int argc, char **argv) {
 	if (argc != 4 || (strcmp(argv[1], "loop") && strcmp(argv[1], "sparse") && strcmp(argv[1], "mixed") &&
-	                  strcmp(argv[1], "timer"))) {
-		fprintf(stderr, "usage: %s loop|sparse|mixed|timer THREADS MILLISECONDS\n", argv[0]);
+	                  strcmp(argv[1], "timer") && strcmp(argv[1], "turns"))) {
+		fprintf(stderr, "usage: %s loop|sparse|turns|mixed|timer THREADS MILLISECONDS\n", argv[0]);
 		return 2;
 	}
 	mode = argv[1];
@@ -177,7 +197,10 @@ int main(int argc, char **argv) {
 	waiter wt = {0};
 	looping = n;
 	int64_t cpu0 = process_cpu(&ru0);
+	nthreads = n;
+	turns_start = now(CLOCK_MONOTONIC) + TURN_NS;
 	for (int i = 0; i < n; i++) {
+		ws[i].index = i;
 		if (pthread_create(&ws[i].thread, NULL, run, &ws[i]) != 0) {
 			perror("pthread_create");
 			return 1;
