@@ -90,42 +90,25 @@ func TestCallsFromCMoveTheirPsTick(t *testing.T) {
 // P: in runtime.sysmon of each build, the comparison of idle with 50 and
 // the doubling of the nap (a shift) are on the one line of the change (Go
 // 1.26 as shipped doubles on the line after its comparison; backing off at
-// once whatever waits compared idle with 0, not 50). A build that did not
-// take the change has no overlay's line to read.
+// once whatever waits compared idle with 0, not 50).
 func TestMonitorBacksOffAtOnce(t *testing.T) {
 	t.Parallel()
-	goTool, applied := requireOverlay(t, monitorBacksOffAtOnce)
-	if !applied {
-		return // requireOverlay checked why (STATUS)
-	}
-	line := overlaidLine(t, monitorBacksOffAtOnce, "unless a thread waits for a P")
-	for _, rel := range overlaidLibraries {
-		onLine := instructionsOn(t, goTool, rel, "runtime.sysmon", line)
-		compared := slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "CMPQ ") && strings.HasSuffix(s, "$0x32") })
-		doubled := slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "SHLL ") })
-		assert.True(t, compared && doubled, "%s: runtime.sysmon's %s neither compares idle with 50 nor doubles the nap: %v", rel, line, onLine)
-	}
+	onOverlaidLine(t, monitorBacksOffAtOnce, "unless a thread waits for a P", "runtime.sysmon", func(rel, line string, onLine []string) {
+		assert.True(t, hasInstruction(onLine, "CMPQ ", "$0x32") && hasInstruction(onLine, "SHLL ", ""),
+			"%s: runtime.sysmon's %s neither compares idle with 50 nor doubles the nap: %v", rel, line, onLine)
+	})
 }
 
 // After a wake, Go's monitor naps 2.56 ms first unless a thread waits for
 // a P: in runtime.sysmon of each build, the change's line stores the nap
-// of 2,560 us ($0xa00) and compares idle with 0 (Go as shipped stores 20
-// there). A build that did not take the change has no overlay's line to
-// read.
+// of 2,560 us ($0xa00), and not Go's first nap of 20 us, which stays on
+// the line after it for a waiting thread.
 func TestMonitorFirstNapLong(t *testing.T) {
 	t.Parallel()
-	goTool, applied := requireOverlay(t, monitorFirstNapLong)
-	if !applied {
-		return // requireOverlay checked why (STATUS)
-	}
-	line := overlaidLine(t, monitorFirstNapLong, "a first nap of 2.56 ms")
-	for _, rel := range overlaidLibraries {
-		onLine := instructionsOn(t, goTool, rel, "runtime.sysmon", line)
-		long := slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "MOVL $0xa00, ") })
-		short := slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "MOVL $0x14, ") })
-		assert.True(t, long, "%s: runtime.sysmon's %s stores no first nap of 2,560 us: %v", rel, line, onLine)
-		assert.False(t, short, "%s: runtime.sysmon's %s stores a nap of 20 us on the change's own line: %v", rel, line, onLine)
-	}
+	onOverlaidLine(t, monitorFirstNapLong, "a first nap of 2.56 ms", "runtime.sysmon", func(rel, line string, onLine []string) {
+		assert.True(t, hasInstruction(onLine, "MOVL $0xa00, ", ""), "%s: runtime.sysmon's %s stores no first nap of 2,560 us: %v", rel, line, onLine)
+		assert.False(t, hasInstruction(onLine, "MOVL $0x14, ", ""), "%s: runtime.sysmon's %s stores a nap of 20 us on the change's own line: %v", rel, line, onLine)
+	})
 }
 
 // Go's monitor takes a P from a thread out in C, however often that thread
@@ -134,16 +117,31 @@ func TestMonitorFirstNapLong(t *testing.T) {
 // next timer with the time of the look (Go 1.26 sets sysretake false there).
 func TestMonitorServesWorkOnPsInC(t *testing.T) {
 	t.Parallel()
-	goTool, applied := requireOverlay(t, monitorServesWork)
+	onOverlaidLine(t, monitorServesWork, "work waits on pp", "runtime.retake", func(rel, line string, onLine []string) {
+		assert.True(t, hasInstruction(onLine, "CMPQ ", ""), "%s: runtime.retake's %s compares nothing (no timer read): %v", rel, line, onLine)
+	})
+}
+
+// onOverlaidLine calls check with the instructions of function fn that
+// came from the line of the overlay's copy that has piece (change's line),
+// in each build, where the builds took change; a build that did not has no
+// such line to read (requireOverlay checks why).
+func onOverlaidLine(t *testing.T, change overlayChange, piece, fn string, check func(rel, line string, onLine []string)) {
+	t.Helper()
+	goTool, applied := requireOverlay(t, change)
 	if !applied {
-		return // requireOverlay checked why (STATUS)
+		return
 	}
-	line := overlaidLine(t, monitorServesWork, "work waits on pp")
+	line := overlaidLine(t, change, piece)
 	for _, rel := range overlaidLibraries {
-		onLine := instructionsOn(t, goTool, rel, "runtime.retake", line)
-		assert.True(t, slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, "CMPQ ") }),
-			"%s: runtime.retake's %s compares nothing (no timer read): %v", rel, line, onLine)
+		check(rel, line, instructionsOn(t, goTool, rel, fn, line))
 	}
+}
+
+// hasInstruction reports whether an instruction of onLine begins with prefix and ends
+// with suffix.
+func hasInstruction(onLine []string, prefix, suffix string) bool {
+	return slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, prefix) && strings.HasSuffix(s, suffix) })
 }
 
 // instructionsOn returns the instructions of function fn in the build rel
