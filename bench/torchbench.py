@@ -32,7 +32,7 @@ then inside the Debian 13 root with its torch 2.6 (scripts/torch-root).
 
 usage: python3 bench/torchbench.py [--pairs N] [--rounds R] [--job-pairs M] [--job-rounds S]
        (N pairs of one-process sides of R rounds, default 8 of 20; M pairs of
-       training jobs of S rounds, default 24 of 10)
+       training jobs of S rounds, default 48 of 6)
 """
 import contextlib
 import json
@@ -291,7 +291,7 @@ def main():
     import torch
 
     version = ".".join(torch.__version__.split(".")[:2])
-    counts = {"--pairs": 8, "--rounds": 20, "--job-pairs": 24, "--job-rounds": 10}
+    counts = {"--pairs": 8, "--rounds": 20, "--job-pairs": 48, "--job-rounds": 6}
     for flag in counts:
         if flag in sys.argv:
             counts[flag] = int(sys.argv[sys.argv.index(flag) + 1])
