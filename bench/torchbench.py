@@ -189,6 +189,16 @@ def free_port():
     return str(port)
 
 
+class PortTaken(Exception):
+    """A side did not start because another process bound its rendezvous
+    port between free_port() and torch's bind (the port is only free when
+    it is picked): the pair is started again on new ports."""
+
+
+#: How many times a pair is started before a taken port fails the run.
+START_TRIES = 3
+
+
 class Side:
     """One side of a pair: its processes (the first takes the commands),
     stopped whenever the other side runs."""
@@ -232,10 +242,34 @@ class Side:
             msgs.append(err.read()[-4000:])
         sys.exit("torchbench: a %s side failed (%s):\n%s" % (self.name, why, "\n".join(msgs)))
 
-    def ready(self):
-        if self._line() != "ready":
+    def ready(self, retry):
+        """Waits for the side to start, then stops it. Raises PortTaken
+        where it did not start for a taken port and retry allows."""
+        ready, _, _ = select.select([self.lead.stdout], [], [], TIMEOUT_S)
+        if (self.lead.stdout.readline() if ready else "").strip() != "ready":
+            if retry and self._port_taken():
+                raise PortTaken()
             self.fail("it did not start")
         self.signal(signal.SIGSTOP)
+
+    def _port_taken(self):
+        # The lead (rank 0, whose store binds the port) has ended; the
+        # others may still wait for its store, and are killed after.
+        self.lead.wait(timeout=TIMEOUT_S)
+        for err in self.errs:
+            err.seek(0)
+            if "Address already in use" in err.read():
+                return True
+        return False
+
+    def kill(self):
+        """Ends the side's processes, whatever state they are in."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+            p.wait()
+        Side.live.remove(self)
 
     def signal(self, sig):
         for p in self.procs:
@@ -270,9 +304,16 @@ def run_pair(argvs, ops, rounds):
     """Starts a native and a backend side, runs the rounds, and returns each
     op's chunk figures and round ratios by its key."""
     figures = {}
-    sides = [Side(False, argvs()), Side(True, argvs())]
-    for s in sides:
-        s.ready()
+    for attempt in range(START_TRIES):
+        sides = [Side(False, argvs()), Side(True, argvs())]
+        try:
+            for s in sides:
+                s.ready(retry=attempt + 1 < START_TRIES)
+            break
+        except PortTaken:
+            print("torchbench: a side's port was taken before it bound it: the pair starts again", file=sys.stderr)
+            for s in sides:
+                s.kill()
     for r in range(rounds):
         for i, (_, key, k, batches) in enumerate(ops):
             got = {}
