@@ -222,20 +222,21 @@ class Side:
         self.lead = self.procs[0]
         Side.live.append(self)
 
-    def _line(self):
+    def _read(self):
+        """The lead's next line, and whether it answered in time ("" at
+        its end)."""
         ready, _, _ = select.select([self.lead.stdout], [], [], TIMEOUT_S)
-        line = self.lead.stdout.readline() if ready else ""
+        return (self.lead.stdout.readline() if ready else ""), bool(ready)
+
+    def _line(self):
+        line, ready = self._read()
         if not line:
             self.fail("no answer in %d s" % TIMEOUT_S if not ready else "its process ended")
         return line.strip()
 
     def fail(self, why):
-        for side in Side.live:
-            for p in side.procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGCONT)
-                    p.kill()
-                p.wait()
+        for side in list(Side.live):
+            side.kill()
         msgs = []
         for err in self.errs:
             err.seek(0)
@@ -245,8 +246,7 @@ class Side:
     def ready(self, retry):
         """Waits for the side to start, then stops it. Raises PortTaken
         where it did not start for a taken port and retry allows."""
-        ready, _, _ = select.select([self.lead.stdout], [], [], TIMEOUT_S)
-        if (self.lead.stdout.readline() if ready else "").strip() != "ready":
+        if self._read()[0].strip() != "ready":
             if retry and self._port_taken():
                 raise PortTaken()
             self.fail("it did not start")

@@ -86,6 +86,14 @@ static void spin_c(int64_t ns) {
 	}
 }
 
+/* turns mode: sleeps until w's next turn, its calls so far having had
+** theirs (every thread's k-th call in order, TURN_NS apart). */
+static void wait_turn(const worker *w) {
+	int64_t due = turns_start + (w->calls * nthreads + w->index) * (int64_t)TURN_NS;
+	struct timespec ts = {due / 1000000000, due % 1000000000};
+	clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+}
+
 static void *run(void *arg) {
 	worker *w = arg;
 	int64_t start = now(CLOCK_MONOTONIC), cpu0 = now(CLOCK_THREAD_CPUTIME_ID);
@@ -94,9 +102,7 @@ static void *run(void *arg) {
 	int timer = strcmp(mode, "timer") == 0;
 	int batch = strcmp(mode, "loop") == 0 || timer ? 1000 : 1;
 	if (strcmp(mode, "turns") == 0) {
-		int64_t due = turns_start + w->index * (int64_t)TURN_NS;
-		struct timespec ts = {due / 1000000000, due % 1000000000};
-		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		wait_turn(w);
 	}
 	while (now(CLOCK_MONOTONIC) - start < duration_ns &&
 	       !(timer && __atomic_load_n(&waits_done, __ATOMIC_ACQUIRE))) {
@@ -124,9 +130,7 @@ static void *run(void *arg) {
 			struct timespec ts = {0, 2000000};
 			nanosleep(&ts, NULL);
 		} else if (strcmp(mode, "turns") == 0) {
-			int64_t due = turns_start + (w->calls * nthreads + w->index) * (int64_t)TURN_NS;
-			struct timespec ts = {due / 1000000000, due % 1000000000};
-			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+			wait_turn(w);
 		} else if (strcmp(mode, "mixed") == 0) {
 			spin_c(200000);
 		}
