@@ -246,16 +246,22 @@ class Side:
     def ready(self, retry):
         """Waits for the side to start, then stops it. Raises PortTaken
         where it did not start for a taken port and retry allows."""
-        if self._read()[0].strip() != "ready":
-            if retry and self._port_taken():
+        line, answered = self._read()
+        if line.strip() != "ready":
+            # Only a lead whose output ended can have failed to bind: one
+            # that gave no answer in time is still running.
+            if retry and answered and not line and self._port_taken():
                 raise PortTaken()
             self.fail("it did not start")
         self.signal(signal.SIGSTOP)
 
     def _port_taken(self):
-        # The lead (rank 0, whose store binds the port) has ended; the
+        # The lead (rank 0, whose store binds the port) is ending; the
         # others may still wait for its store, and are killed after.
-        self.lead.wait(timeout=TIMEOUT_S)
+        try:
+            self.lead.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return False
         for err in self.errs:
             err.seek(0)
             if "Address already in use" in err.read():
