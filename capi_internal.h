@@ -63,6 +63,8 @@ int dacgo_context_release(int64_t *current, int64_t id, int if_present, int32_t 
                           int *released, dacc_pending_drop *drop, dacc_error_slot *e);
 int dacgo_release_contexts_of_worker(int32_t worker, int64_t *released, dacc_error_slot *e);
 int dacgo_reap_idle_contexts(int64_t idle_ms, int64_t *released, dacc_error_slot *e);
+int dacgo_context_list(uint64_t *out, size_t capacity, size_t *count, dacc_error_slot *e);
+int dacgo_context_times(uint64_t h, int64_t *age_ms, int64_t *idle_ms, dacc_error_slot *e);
 int dacgo_context_ref(uint64_t h, int delta, dacc_pending_drop *drop, dacc_error_slot *e);
 int dacgo_context_id(uint64_t h, int64_t *out, dacc_error_slot *e);
 int dacgo_context_add_known_worker_id(uint64_t h, int32_t worker, dacc_error_slot *e);

@@ -361,6 +361,41 @@ func dacgo_reap_idle_contexts(idleMs C.int64_t, released *C.int64_t, e *C.dacc_e
 	return 0
 }
 
+//export dacgo_context_list
+func dacgo_context_list(out *C.uint64_t, capacity C.size_t, count *C.size_t, e *C.dacc_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get()
+	if err != nil {
+		return fail(e, err)
+	}
+	hs, total := c.ListHandles(int(min(uint64(capacity), uint64(container.MaxRecords))))
+	if len(hs) > 0 {
+		copy(unsafe.Slice((*uint64)(unsafe.Pointer(out)), len(hs)), hs)
+	}
+	*count = C.size_t(total)
+	return 0
+}
+
+//export dacgo_context_times
+func dacgo_context_times(h C.uint64_t, ageMs, idleMs *C.int64_t, e *C.dacc_error_slot) (rc C.int) {
+	defer recoverTo(e, &rc)
+	c, err := proc.Get() // no handle exists before dac_init
+	if err != nil {
+		return fail(e, err)
+	}
+	born, last, now, err := c.HandleTimes(uint64(h))
+	if err != nil {
+		return fail(e, err)
+	}
+	if ageMs != nil {
+		*ageMs = C.int64_t(max(0, now-born))
+	}
+	if idleMs != nil {
+		*idleMs = C.int64_t(max(0, now-last))
+	}
+	return 0
+}
+
 // dacgo_context_ref is where capi.c's dac_context_ref (delta 1) and
 // dac_context_unref (-1) come when their fast path cannot act: it drops
 // the last reference of a released context (the record dies; capi.c runs

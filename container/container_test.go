@@ -400,6 +400,7 @@ func TestReleaseNotifiesKnownWorkers(t *testing.T) {
 	ofSix, err := c.GetOrCreateContext(container.FirstID(6))
 	require.NoError(t, err)
 	ofSix.AddKnownWorkerID(6)
+	ofSix.AddKnownWorkerID(3)
 	idle, err := c.GetOrCreateContext(container.FirstID(7))
 	require.NoError(t, err)
 	idle.AddKnownWorkerID(2)
@@ -411,10 +412,11 @@ func TestReleaseNotifiesKnownWorkers(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 
-	// A context without known workers notifies nobody.
+	// A context without known workers notifies nobody; a dead worker's,
+	// its other workers but not it.
 	assert.Equal(t, map[int64][]uint16{
 		ctx.ID():   {4, 1},
-		ofSix.ID(): {6},
+		ofSix.ID(): {3},
 		idle.ID():  {2},
 	}, rec.calls)
 

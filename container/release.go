@@ -74,13 +74,18 @@ func (c *Container) ReleaseContextWithWorkersDeferred(t *Thread, id int64, worke
 		}
 		workers = nil
 	}
-	c.notify(id, ctx, workers)
+	c.notify(id, ctx, workers, noWorker)
 	return true, d
 }
 
+// noWorker is notify's skip when it skips no worker: no worker id is
+// negative.
+const noWorker = -1
+
 // notify hands a released context's known workers, and extra ones (for a
-// context with no *Context: it had none), to the fan-out. ctx may be nil.
-func (c *Container) notify(id int64, ctx *Context, extra []uint16) {
+// context with no *Context: it had none), to the fan-out, but for worker
+// skip (a dead one: no message can reach it). ctx may be nil.
+func (c *Container) notify(id int64, ctx *Context, extra []uint16, skip int) {
 	box := c.fanout.Load()
 	if box == nil {
 		return
@@ -94,15 +99,18 @@ func (c *Container) notify(id int64, ctx *Context, extra []uint16) {
 			workers = append(workers, w)
 		}
 	}
+	if skip != noWorker {
+		workers = slices.DeleteFunc(workers, func(w uint16) bool { return int(w) == skip })
+	}
 	if len(workers) > 0 {
 		box.n.Release(id, workers)
 	}
 }
 
 // releaseWhere releases every context for which match returns true, fanning
-// out as a release does, records their ids as reaped for why (reaped.go),
-// and returns how many it released.
-func (c *Container) releaseWhere(why reapReason, match func(*Record) bool) int {
+// out as a release does but to worker skip (noWorker: none), records their
+// ids as reaped for why (reaped.go), and returns how many it released.
+func (c *Container) releaseWhere(why reapReason, skip int, match func(*Record) bool) int {
 	type released1 struct {
 		id  int64
 		ctx *Context // nil: it had none, so no known workers either
@@ -129,7 +137,7 @@ func (c *Container) releaseWhere(why reapReason, match func(*Record) bool) int {
 		c.unstore(len(batch))
 		s.mu.Unlock()
 		for _, b := range batch {
-			c.notify(b.id, b.ctx, nil)
+			c.notify(b.id, b.ctx, nil, skip)
 		}
 		for _, d := range dead {
 			c.RunDrop(d)
@@ -141,9 +149,12 @@ func (c *Container) releaseWhere(why reapReason, match func(*Record) bool) int {
 
 // ReleaseContextsOfWorker releases every context created by originWorker
 // (context_id >> 48): what a worker that died mid-pass left behind here,
-// which no cleanup message will ever reach. It returns how many it released.
+// which no cleanup message will ever reach. It tells their other known
+// workers, as a release does, but not originWorker itself: it is gone, and
+// a message to it could only fail, after every retry. It returns how many
+// it released.
 func (c *Container) ReleaseContextsOfWorker(originWorker uint16) int {
-	return c.releaseWhere(reasonOfWorker(originWorker), func(r *Record) bool { return OriginWorker(r.ID.Load()) == originWorker })
+	return c.releaseWhere(reasonOfWorker(originWorker), int(originWorker), func(r *Record) bool { return OriginWorker(r.ID.Load()) == originWorker })
 }
 
 // ReapIdleContexts releases every context not used (created, retrieved,
@@ -154,5 +165,5 @@ func (c *Container) ReapIdleContexts(idleMs int64) (int, error) {
 		return 0, Errorf(ErrInvalidArgument, "max_idle_ms must be >= 0, got %d", idleMs)
 	}
 	now := coarseNow()
-	return c.releaseWhere(reapReason(idleMs), func(r *Record) bool { return now-r.LastUsed.Load() >= idleMs }), nil
+	return c.releaseWhere(reapReason(idleMs), noWorker, func(r *Record) bool { return now-r.LastUsed.Load() >= idleMs }), nil
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // recordTable is the record slabs and the Go side of each record: the
-// *Context it stands for.
+// *Context it stands for, and when its context was stored.
 type recordTable struct {
 	slabs *[MaxSlabs]slab
 	maps  *mappings
@@ -28,7 +28,13 @@ type slab struct {
 	ctxs atomic.Pointer[[chunksPerSlab]atomic.Pointer[ctxChunk]]
 }
 
-type ctxChunk [recordChunk]atomic.Pointer[Context]
+// ctxChunk is the Go side of recordChunk records: each one's *Context, and
+// the coarse clock when its context was stored (a context's age, which only
+// the listings read: on the Go heap, as C never needs it).
+type ctxChunk struct {
+	ctxs  [recordChunk]atomic.Pointer[Context]
+	borns [recordChunk]atomic.Int64
+}
 
 // offHeap maps n zeroed bytes outside the Go heap; prot PROT_READ reserves
 // address space only (its pages read as zeros, all one shared page, and a
@@ -109,18 +115,33 @@ func (t *recordTable) at(index uint32) *Record {
 	return (*Record)(unsafe.Add(unsafe.Pointer(base), uintptr(index&slabMask)*uintptr(recordSize)))
 }
 
-// ctxSlot returns where the *Context of the record at index is kept, or nil
-// if no such record was ever allocated.
-func (t *recordTable) ctxSlot(index uint32) *atomic.Pointer[Context] {
+// chunk returns the Go side of the records around index, or nil if no
+// such record was ever allocated.
+func (t *recordTable) chunk(index uint32) *ctxChunk {
 	chunks := t.slabs[index>>SlabBits].ctxs.Load()
 	if chunks == nil {
 		return nil
 	}
-	chunk := chunks[(index&slabMask)/recordChunk].Load()
-	if chunk == nil {
-		return nil
+	return chunks[(index&slabMask)/recordChunk].Load()
+}
+
+// ctxSlot returns where the *Context of the record at index is kept, or nil
+// if no such record was ever allocated.
+func (t *recordTable) ctxSlot(index uint32) *atomic.Pointer[Context] {
+	if ch := t.chunk(index); ch != nil {
+		return &ch.ctxs[index%recordChunk]
 	}
-	return &chunk[index%recordChunk]
+	return nil
+}
+
+// bornSlot returns where the coarse clock is kept when the context of the
+// record at index was stored (written under its shard's lock at each
+// creation), or nil if no such record was ever allocated.
+func (t *recordTable) bornSlot(index uint32) *atomic.Int64 {
+	if ch := t.chunk(index); ch != nil {
+		return &ch.borns[index%recordChunk]
+	}
+	return nil
 }
 
 // grow allocates a fresh record (never used before) and returns its index.

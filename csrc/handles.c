@@ -123,6 +123,40 @@ int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id) {
 	return dacgo_context_add_known_worker_id(h, worker_id, err());
 }
 
+int dac_context_list(dac_context **out, size_t capacity, size_t *count) {
+	GUARD_FORK();
+	CHECK_OUT(count);
+	if (out == NULL && capacity != 0)
+		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "out must not be NULL when capacity is not 0");
+	_Static_assert(sizeof(dac_context *) == sizeof(uint64_t), "a handle is a pointer of 64 bits");
+	return dacgo_context_list((uint64_t *)out, capacity, count, err());
+}
+
+/* How long ago the context was last used, read from its record and the
+** coarse clock without entering Go (what looks after idle contexts asks it
+** of every context, often); its age only Go knows. */
+int dac_context_times(dac_context *ctx, int64_t *age_ms, int64_t *idle_ms) {
+	GUARD_FORK();
+	uint64_t h = to_handle(ctx);
+	if (age_ms == NULL && idle_ms != NULL) {
+		uint32_t gen = 0;
+		dacc_record *r = handle_record(h, &gen);
+		dacc_view *v = view();
+		if (__builtin_expect(r != NULL && v != NULL, 1) && holds(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen, h)) {
+			int64_t last = __atomic_load_n(&r->last_used, __ATOMIC_RELAXED);
+			if (holds(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE), gen, h)) {
+				int64_t now = __atomic_load_n((int64_t *)v->clock, __ATOMIC_RELAXED);
+				if (now == DACC_CLOCK_ASLEEP)
+					now = dacc_clock_wake();
+				*idle_ms = now > last ? now - last : 0;
+				return DAC_OK;
+			}
+		}
+	}
+	for_go(h);
+	return dacgo_context_times(h, age_ms, idle_ms, err());
+}
+
 int dac_context_known_worker_ids(dac_context *ctx, int32_t *ids, size_t capacity, size_t *count) {
 	GUARD_FORK();
 	CHECK_OUT(count);

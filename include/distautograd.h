@@ -60,9 +60,9 @@ extern "C" {
 ** numbers state it once: the string, the number and the build's versioned
 ** names (the library file; the soname has MAJOR) are derived from them. A
 ** release that adds to the ABI raises MINOR; test for an addition with
-** DAC_VERSION_NUMBER (0.5.0 is 5000). */
+** DAC_VERSION_NUMBER (0.6.0 is 6000). */
 #define DAC_VERSION_MAJOR 0
-#define DAC_VERSION_MINOR 5
+#define DAC_VERSION_MINOR 6
 #define DAC_VERSION_PATCH 0
 #define DAC_VERSION_STR_(x) #x
 #define DAC_VERSION_XSTR_(x) DAC_VERSION_STR_(x)
@@ -250,10 +250,12 @@ int dac_context_release_if_present(int64_t context_id, int *released);
 int dac_context_release_with_workers(int64_t context_id, const int32_t *worker_ids, size_t count, int *released);
 
 /* Releases every context whose id was created by worker_id (context_id >> 48),
-** fanning out as dac_context_release does, and writes how many to *released
-** (may be NULL): the way to clear what a worker that died mid-pass left behind
-** here. It changes no thread's current id, the caller's included, but the
-** contexts it released count as reaped (see dac_reap_idle_contexts). */
+** fanning out as dac_context_release does but for worker_id itself (gone: a
+** message to it could only fail, after every retry), and writes how many to
+** *released (may be NULL): the way to clear what a worker that died
+** mid-pass left behind here. It changes no thread's current id, the
+** caller's included, but the contexts it released count as reaped (see
+** dac_reap_idle_contexts). Since 0.6.0 it does not tell worker_id. */
 int dac_release_contexts_of_worker(int32_t worker_id, int64_t *released);
 
 /* Releases every context not created, retrieved or changed during the last
@@ -321,6 +323,25 @@ int dac_context_add_known_worker_id(dac_context *ctx, int32_t worker_id);
 /* Writes up to capacity known worker ids, in the order added, into ids (may be
 ** NULL when capacity is 0), and their total number into *count. */
 int dac_context_known_worker_ids(dac_context *ctx, int32_t *ids, size_t capacity, size_t *count);
+
+/* Writes handles to the contexts stored now, up to capacity of them, into
+** out (may be NULL when capacity is 0), each a new reference the caller
+** drops (dac_context_unref_many), and into *count how many are stored: more
+** than capacity, and only capacity were written; call again with more room.
+** In no particular order; the container is read a part at a time, so a
+** context created or released meanwhile may or may not be listed. Listing
+** is not a use: it changes no context's idle time. With dac_context_id,
+** dac_context_known_worker_ids and dac_context_times, the view of what a
+** worker holds (the Python package's contexts()). Since 0.6.0. */
+int dac_context_list(dac_context **out, size_t capacity, size_t *count);
+
+/* Writes how many milliseconds ago the context was stored in this
+** container (created, or first stored by dac_context_get_or_create) into
+** *age_ms, and how many since it was last created, retrieved or changed
+** (what dac_reap_idle_contexts measures) into *idle_ms; either may be NULL.
+** Resolution about 10 ms. With age_ms NULL it does not enter Go. Since
+** 0.6.0. */
+int dac_context_times(dac_context *ctx, int64_t *age_ms, int64_t *idle_ms);
 
 /* Registers the host's send function fn (an opaque value that distautograd
 ** never interprets) under autograd message id message_id. A second one under

@@ -62,6 +62,8 @@ PROTOTYPES = {
     "dac_context_id": (ctypes.c_int, (ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64))),
     "dac_context_add_known_worker_id": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_int32)),
     "dac_context_known_worker_ids": (ctypes.c_int, (ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))),
+    "dac_context_list": (ctypes.c_int, (ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))),
+    "dac_context_times": (ctypes.c_int, (ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64))),
     "dac_context_add_send_function": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64)),
     "dac_context_add_recv_function": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64)),
     "dac_context_send_function": (ctypes.c_int, (ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_uint64))),
