@@ -28,11 +28,17 @@
 // erase in libtorch's map per context: docs/performance.md, "The torch
 // cycle".)
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -44,6 +50,7 @@
 #include <string>
 #include <type_traits>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -131,6 +138,7 @@ struct Real {
   ContextPtr (*getOrCreateContext)(void*, int64_t);
   void (*releaseContextIfPresent)(void*, int64_t);
   size_t (*numAutogradContexts)(const void*);
+  void (*addKnownWorkerId)(void*, rpc::worker_id_t);
 } real;
 
 // libtorch's container: initialized with the worker id, it makes the
@@ -142,6 +150,9 @@ std::mutex init_mu;
 // real, exiting).
 struct alignas(64) Counts {
   std::atomic<int64_t> cleanup_handed{0}, cleanup_delivered{0}, cleanup_torch_failed{0}, made{0}, destroyed{0};
+  // The origin check's (check_origins): probes sent, origins found gone,
+  // contexts released for them.
+  std::atomic<int64_t> origin_probes{0}, origins_gone{0}, orphans_released{0};
 } counts;
 std::atomic<bool> exiting{false};
 // DISTAUTOGRAD_REAP_IDLE_MS, when the reaper runs (start_reaper); else 0.
@@ -277,57 +288,440 @@ ContextPtr hosted(dac_context* h) {
 
 // ---- The cleanup sender: torch's own CleanupAutogradContextReq ----------
 
+// The cleanup messages handed to torch's agent and not yet answered or
+// finally failed: what flush (dat_impl_flush) waits for. A send counts
+// itself before it hands the message over, and its callback (which may run
+// before sendWithRetries returns) takes it out; a flush waiting registers
+// first, so that the last answer's notify never falls between its check
+// and its wait.
+std::atomic<int64_t> outstanding{0};
+std::atomic<int> flush_waiters{0};
+std::mutex flush_mu;
+std::condition_variable flush_cv;
+
+void answered() {
+  if (outstanding.fetch_sub(1) == 1 && flush_waiters.load() > 0) {
+    std::lock_guard<std::mutex> g(flush_mu);
+    flush_cv.notify_all();
+  }
+}
+
 // Hands the message to the current RPC agent, which sends it with torch's
 // own retries (20, as the native sendReleaseContextRpc) and returns: it
 // never waits for the network, so it is declared non-blocking and runs on
 // the releasing thread, as the native sendReleaseContextRpc does (waking a
 // library thread per release cost more than the send). What finally fails
-// is counted.
+// is counted and logged as natively.
 int send_cleanup(void*, int32_t worker, int64_t context_id) {
   if (exiting.load(std::memory_order_relaxed) || !rpc::RpcAgent::isCurrentRpcAgentSet())
     return 1;  // retried with backoff; given up on and counted if it stays so
+  outstanding.fetch_add(1);
+  c10::intrusive_ptr<rpc::JitFuture> fut;
   try {
     auto agent = rpc::RpcAgent::getCurrentRpcAgent();
     rpc::RpcRetryOptions options;
     options.maxRetries = 20;
-    auto fut = agent->sendWithRetries(agent->getWorkerInfo(static_cast<rpc::worker_id_t>(worker)),
-                                      ta::CleanupAutogradContextReq(context_id).toMessage(), options);
-    fut->addCallback([worker](rpc::JitFuture& f) {
-      if (!f.hasError()) {
-        counts.cleanup_delivered.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        counts.cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
-        TorchLog(kTorchContainerFile, kLineCouldNotRelease, kTorchError).stream()
-            << "Could not release Dist Autograd Context on node " << worker << ": " << f.tryRetrieveErrorMessage();
-      }
-    });
-    counts.cleanup_handed.fetch_add(1, std::memory_order_relaxed);
-    return 0;
+    fut = agent->sendWithRetries(agent->getWorkerInfo(static_cast<rpc::worker_id_t>(worker)),
+                                 ta::CleanupAutogradContextReq(context_id).toMessage(), options);
   } catch (const std::exception&) {
+    answered();  // not handed over: the library retries it
     return 1;
   }
+  counts.cleanup_handed.fetch_add(1, std::memory_order_relaxed);
+  fut->addCallback([worker](rpc::JitFuture& f) {
+    if (!f.hasError()) {
+      counts.cleanup_delivered.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      counts.cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
+      TorchLog(kTorchContainerFile, kLineCouldNotRelease, kTorchError).stream()
+          << "Could not release Dist Autograd Context on node " << worker << ": " << f.tryRetrieveErrorMessage();
+    }
+    answered();
+  });
+  return 0;
 }
+
+// ---- Settings ------------------------------------------------------------
+
+// The backend's settings, read once from the environment when it starts.
+// The launcher (distautograd._launch: SETTINGS) refuses a bad value before
+// the job starts; a process started some other way gets one line on
+// stderr here and the setting's default.
+struct Settings {
+  long long reap_idle_ms = 0;     // DISTAUTOGRAD_REAP_IDLE_MS: 0, no reaper
+  long long max_contexts = -1;    // DISTAUTOGRAD_MAX_CONTEXTS: -1, no cap
+  bool release_dead_origins = true;  // DISTAUTOGRAD_RELEASE_DEAD_ORIGINS
+  int contexts_signal = SIGUSR2;  // DISTAUTOGRAD_CONTEXTS_SIGNAL: 0, none
+};
+
+// An integer in [lo, hi] from the whole of text.
+bool parse_int(const char* text, long long lo, long long hi, long long* out) {
+  if (text == nullptr || !(isdigit(static_cast<unsigned char>(*text)) || *text == '-' || *text == '+'))
+    return false;
+  char* end = nullptr;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (errno != 0 || *end != 0 || v < lo || v > hi)
+    return false;
+  *out = v;
+  return true;
+}
+
+// A signal by name (USR2, SIGUSR2) or number, or 0 / off / none: none.
+bool parse_signal(const char* text, int* out) {
+  if (strcmp(text, "0") == 0 || strcmp(text, "off") == 0 || strcmp(text, "none") == 0) {
+    *out = 0;
+    return true;
+  }
+  const char* name = strncmp(text, "SIG", 3) == 0 ? text + 3 : text;
+  static const struct { const char* name; int sig; } kSignals[] = {
+      {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}, {"WINCH", SIGWINCH}, {"PWR", SIGPWR}};
+  for (const auto& k : kSignals)
+    if (strcmp(name, k.name) == 0) {
+      *out = k.sig;
+      return true;
+    }
+  long long n = 0;
+  if (parse_int(text, 1, SIGRTMAX, &n) && n != SIGKILL && n != SIGSTOP && n != SIGSEGV && n != SIGBUS &&
+      n != SIGFPE && n != SIGILL && n != SIGPROF && n != SIGURG && n != SIGPIPE && n != SIGCHLD) {
+    *out = static_cast<int>(n);
+    return true;
+  }
+  return false;
+}
+
+Settings read_settings() {
+  Settings s;
+  auto bad = [](const char* name, const char* value, const char* what, const char* instead) {
+    fprintf(stderr, "distautograd-torch: %s=%s is not %s; %s\n", name, value, what, instead);
+  };
+  if (const char* v = getenv("DISTAUTOGRAD_REAP_IDLE_MS"); v != nullptr && *v != 0 &&
+      !parse_int(v, 1, std::numeric_limits<int64_t>::max() / 1000000, &s.reap_idle_ms))
+    bad("DISTAUTOGRAD_REAP_IDLE_MS", v, "a positive number of ms", "no reaper");
+  if (const char* v = getenv("DISTAUTOGRAD_MAX_CONTEXTS"); v != nullptr && *v != 0 &&
+      !parse_int(v, 0, std::numeric_limits<int64_t>::max(), &s.max_contexts))
+    bad("DISTAUTOGRAD_MAX_CONTEXTS", v, "a count >= 0", "no cap");
+  if (const char* v = getenv("DISTAUTOGRAD_RELEASE_DEAD_ORIGINS"); v != nullptr && *v != 0) {
+    if (strcmp(v, "0") == 0)
+      s.release_dead_origins = false;
+    else if (strcmp(v, "1") != 0)
+      bad("DISTAUTOGRAD_RELEASE_DEAD_ORIGINS", v, "0 or 1", "on (1)");
+  }
+  if (const char* v = getenv("DISTAUTOGRAD_CONTEXTS_SIGNAL"); v != nullptr && *v != 0 &&
+      !parse_signal(v, &s.contexts_signal))
+    bad("DISTAUTOGRAD_CONTEXTS_SIGNAL", v, "a signal the backend may take (USR1, USR2, HUP, WINCH, PWR, a number, or off)",
+        "SIGUSR2");
+  return s;
+}
+
+Settings settings;
 
 // DISTAUTOGRAD_REAP_IDLE_MS=N: a thread releases every context idle for N
 // ms (what a worker that died mid-pass left here: no cleanup RPC will come
 // for it), fanning out as a release does. Off by default: a pass that
-// legitimately holds a context idle longer than N would lose it.
+// legitimately holds a context idle longer than N would lose it. (The
+// origin check below finds what a dead worker left without that risk.)
 void start_reaper() {
-  const char* env = getenv("DISTAUTOGRAD_REAP_IDLE_MS");
-  if (env == nullptr || *env == 0)
+  long long ms = settings.reap_idle_ms;
+  if (ms <= 0)
     return;
-  char* end = nullptr;
-  long long ms = strtoll(env, &end, 10);
-  if (end == env || *end != 0 || ms <= 0) {
-    fprintf(stderr, "distautograd-torch: DISTAUTOGRAD_REAP_IDLE_MS=%s is not a positive number of ms; no reaper\n", env);
-    return;
-  }
   reap_idle_ms.store(ms, std::memory_order_relaxed);
   std::thread([ms] {
     const auto period = std::chrono::milliseconds(std::max<long long>(20, ms / 4));
     while (!exiting.load(std::memory_order_relaxed)) {
       std::this_thread::sleep_for(period);
       dac_reap_idle_contexts(ms, nullptr);
+    }
+  }).detach();
+}
+
+// ---- What this worker holds ------------------------------------------------
+
+// One context as contexts() and the signal's report show it.
+struct ContextView {
+  int64_t id;
+  int origin;
+  std::vector<int32_t> known;  // sorted
+  int64_t age_ms, idle_ms;
+};
+
+// The contexts stored now (without touching any: a listing is no use).
+std::vector<ContextView> list_contexts(bool want_known) {
+  std::vector<dac_context*> hs(64);
+  size_t n = 0;
+  for (;;) {
+    if (dac_context_list(hs.data(), hs.size(), &n) != DAC_OK)
+      return {};
+    if (n <= hs.size())
+      break;
+    dac_context_unref_many(hs.data(), hs.size());
+    hs.resize(n + n / 2);
+  }
+  std::vector<ContextView> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; i++) {
+    ContextView v{};
+    int64_t age = 0, idle = 0;
+    if (dac_context_id(hs[i], &v.id) != DAC_OK ||
+        dac_context_times(hs[i], want_known ? &age : nullptr, &idle) != DAC_OK)
+      continue;
+    v.origin = static_cast<int>(static_cast<uint64_t>(v.id) >> 48);
+    v.age_ms = age;
+    v.idle_ms = idle;
+    if (want_known) {
+      int32_t ids[64];
+      size_t k = 0;
+      if (dac_context_known_worker_ids(hs[i], ids, 64, &k) == DAC_OK) {
+        v.known.assign(ids, ids + std::min<size_t>(k, 64));
+        if (k > 64) {
+          v.known.resize(k);
+          dac_context_known_worker_ids(hs[i], v.known.data(), k, &k);
+          v.known.resize(std::min(k, v.known.size()));
+        }
+        std::sort(v.known.begin(), v.known.end());
+      }
+    }
+    out.push_back(std::move(v));
+  }
+  dac_context_unref_many(hs.data(), n);
+  return out;
+}
+
+// Writes what this worker holds to stderr, a line a context: what the
+// contexts signal prints.
+void print_contexts() {
+  auto all = list_contexts(true);
+  int32_t self = -1;
+  dac_worker_id(&self);
+  std::string text = "distautograd-torch: worker " + std::to_string(self) + " (pid " + std::to_string(getpid()) +
+                     ") holds " + std::to_string(all.size()) + (all.size() == 1 ? " context" : " contexts") +
+                     (all.empty() ? "\n" : ":\n");
+  for (const auto& v : all) {
+    char line[256];
+    std::string known;
+    for (size_t i = 0; i < v.known.size(); i++)
+      known += (i ? ", " : "") + std::to_string(v.known[i]);
+    snprintf(line, sizeof line, "  context %lld: origin worker %d, known workers [%s], age %.1f s, idle %.1f s\n",
+             static_cast<long long>(v.id), v.origin, known.c_str(), v.age_ms / 1000.0, v.idle_ms / 1000.0);
+    text += line;
+  }
+  (void)!write(STDERR_FILENO, text.data(), text.size());
+}
+
+// ---- Contexts whose origin is gone --------------------------------------
+//
+// A pass's context lives on every worker it reached; the worker that
+// opened it (its origin, the id's top 16 bits) tells the others to release
+// theirs when its pass ends. An origin killed mid-pass never does, so
+// natively its contexts stay on the others for good. Here a context idle
+// for the agent's RPC timeout, on a worker other than its origin, has its
+// origin checked: through torch's own agent, a cleanup request for the
+// origin's max id, which no worker ever holds (ids stop below it), so that
+// torch's handler there releases nothing. An answer means the origin lives:
+// its contexts stay, however long they are idle, and it is asked again
+// after another timeout. A send that fails because the peer is gone (its
+// connection reset, ended or refused: gone()) means it is dead: every
+// context of that origin here is released, fanning out to the workers the
+// pass reached but the dead one. A timeout, or any other error, is no
+// answer either way: a stopped or partitioned worker is not dead, and its
+// contexts stay until it answers or is gone (docs/torch.md).
+
+// What a probe costs the origin: torch's handler looks the id up and
+// answers.
+int64_t never_held(int origin) { return static_cast<int64_t>((static_cast<uint64_t>(origin) << 48) | ((1ull << 48) - 1)); }
+
+// Whether a send's error says the peer is gone: its connection was reset or
+// ended, or a new one refused (TensorPipe's errors, by transport: shm says
+// eof, uv names the errno). A timeout or anything else does not.
+bool gone(const std::string& error) {
+  static const char* const kGone[] = {"eof (", "EOF: end of file", "ECONNRESET", "ECONNREFUSED", "EPIPE",
+                                      "connection reset by peer", "connection refused", "Connection reset by peer",
+                                      "Connection refused", "broken pipe", "Broken pipe"};
+  if (error.rfind("eof", 0) == 0)
+    return true;
+  for (const char* g : kGone)
+    if (error.find(g) != std::string::npos)
+      return true;
+  return false;
+}
+
+struct OriginState {
+  bool in_flight = false;
+  bool dead = false;               // found gone: its contexts to release
+  std::string why;                 // the send's error that said so
+  std::chrono::steady_clock::time_point next;  // no probe before
+};
+std::mutex origins_mu;
+std::unordered_map<int, OriginState> origins;
+
+// The checker's wake-up: a pipe, written by a probe's answer (an origin
+// found gone) and by the contexts signal's handler (async-signal-safe).
+int wake_fds[2] = {-1, -1};
+volatile sig_atomic_t contexts_requested = 0;
+
+void wake_checker() {
+  if (wake_fds[1] >= 0) {
+    int saved = errno;
+    (void)!write(wake_fds[1], "x", 1);
+    errno = saved;
+  }
+}
+
+void on_contexts_signal(int) {
+  contexts_requested = 1;
+  wake_checker();
+}
+
+// The agent's RPC timeout, or torch's default where it has none (0).
+std::chrono::milliseconds rpc_timeout(const std::shared_ptr<rpc::RpcAgent>& agent) {
+  auto t = agent->getRpcTimeout();
+  if (t.count() <= 0)
+    return std::chrono::milliseconds(static_cast<int64_t>(rpc::kDefaultRpcTimeoutSeconds * 1000));
+  return t;
+}
+
+void probe_origin(const std::shared_ptr<rpc::RpcAgent>& agent, int origin, std::chrono::milliseconds timeout) {
+  c10::intrusive_ptr<rpc::JitFuture> fut;
+  try {
+    const auto& to = agent->getWorkerInfo(static_cast<rpc::worker_id_t>(origin));
+    fut = agent->send(to, ta::CleanupAutogradContextReq(never_held(origin)).toMessage(),
+                      static_cast<float>(timeout.count()) / 1000);
+  } catch (const std::exception&) {
+    // Not a worker the agent knows, or the agent is shutting down: no
+    // answer either way; asked again later.
+    std::lock_guard<std::mutex> g(origins_mu);
+    origins[origin].in_flight = false;
+    return;
+  }
+  counts.origin_probes.fetch_add(1, std::memory_order_relaxed);
+  // The callback may run here, at once: the lock is not held.
+  fut->addCallback([origin, timeout](rpc::JitFuture& f) {
+    std::string why = f.hasError() ? f.tryRetrieveErrorMessage() : std::string();
+    bool dead = f.hasError() && gone(why);
+    {
+      std::lock_guard<std::mutex> g(origins_mu);
+      auto& st = origins[origin];
+      st.in_flight = false;
+      st.next = std::chrono::steady_clock::now() + timeout;
+      if (dead) {
+        st.dead = true;
+        st.why = why;
+      }
+    }
+    if (dead)
+      wake_checker();
+  });
+}
+
+// Releases what the origins found gone left here (on the checker's thread,
+// not on the agent's that answered).
+void release_dead_origins() {
+  std::vector<std::pair<int, std::string>> dead;
+  {
+    std::lock_guard<std::mutex> g(origins_mu);
+    for (auto& [origin, st] : origins)
+      if (st.dead) {
+        dead.emplace_back(origin, st.why);
+        st.dead = false;
+      }
+  }
+  for (auto& [origin, why] : dead) {
+    int64_t n = 0;
+    if (dac_release_contexts_of_worker(origin, &n) != DAC_OK || n == 0)
+      continue;
+    counts.origins_gone.fetch_add(1, std::memory_order_relaxed);
+    counts.orphans_released.fetch_add(n, std::memory_order_relaxed);
+    fprintf(stderr, "distautograd-torch: worker %d is gone (%s): released the %lld %s of its passes held here\n",
+            origin, why.c_str(), static_cast<long long>(n), n == 1 ? "context" : "contexts");
+  }
+}
+
+// One look: the origins of contexts idle for the timeout, each asked at
+// most once a timeout, one probe in flight each.
+void check_origins(int self, std::chrono::milliseconds* period) {
+  if (!rpc::RpcAgent::isCurrentRpcAgentSet())
+    return;
+  std::shared_ptr<rpc::RpcAgent> agent;
+  try {
+    agent = rpc::RpcAgent::getCurrentRpcAgent();
+  } catch (const std::exception&) {
+    return;
+  }
+  const auto timeout = rpc_timeout(agent);
+  *period = std::clamp(timeout / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  int64_t n = 0;
+  if (dac_num_contexts(&n) != DAC_OK || n == 0)
+    return;
+  std::unordered_set<int> idle;
+  for (const auto& v : list_contexts(false))
+    if (v.origin != self && v.idle_ms >= timeout.count())
+      idle.insert(v.origin);
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<int> ask;
+  {
+    std::lock_guard<std::mutex> g(origins_mu);
+    for (int origin : idle) {
+      auto& st = origins[origin];
+      if (!st.in_flight && !st.dead && now >= st.next) {
+        st.in_flight = true;
+        ask.push_back(origin);
+      }
+    }
+  }
+  for (int origin : ask)
+    probe_origin(agent, origin, timeout);
+}
+
+// The checker's thread: the origin check every quarter of the RPC timeout
+// (at most a second apart), and the contexts signal's report, each as soon
+// as it is due.
+void start_checker(int64_t worker) {
+  const bool signal_wanted = settings.contexts_signal != 0;
+  if (!settings.release_dead_origins && !signal_wanted)
+    return;
+  if (pipe2(wake_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    fprintf(stderr, "distautograd-torch: no pipe for the origin check (%s): it does not run\n", strerror(errno));
+    return;
+  }
+  if (signal_wanted) {
+    struct sigaction old{}, sa{};
+    // Only a signal nobody took: a handler of the host's, or one it
+    // ignores, stays as it is.
+    if (sigaction(settings.contexts_signal, nullptr, &old) == 0 && old.sa_handler == SIG_DFL &&
+        !(old.sa_flags & SA_SIGINFO)) {
+      sa.sa_handler = on_contexts_signal;
+      sa.sa_flags = SA_RESTART | SA_ONSTACK;
+      sigemptyset(&sa.sa_mask);
+      sigaction(settings.contexts_signal, &sa, nullptr);
+    }
+  }
+  const int self = static_cast<int>(worker);
+  const bool check = settings.release_dead_origins;
+  std::thread([self, check] {
+    auto period = std::chrono::milliseconds(1000);
+    auto next = std::chrono::steady_clock::now();
+    while (!exiting.load(std::memory_order_relaxed)) {
+      auto now = std::chrono::steady_clock::now();
+      int wait = check ? static_cast<int>(std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count())) : -1;
+      struct pollfd p = {wake_fds[0], POLLIN, 0};
+      if (poll(&p, 1, wait) > 0) {
+        char buf[64];
+        while (read(wake_fds[0], buf, sizeof buf) > 0) {
+        }
+      }
+      if (exiting.load(std::memory_order_relaxed))
+        return;
+      if (contexts_requested) {
+        contexts_requested = 0;
+        print_contexts();
+      }
+      if (!check)
+        continue;
+      release_dead_origins();
+      if (std::chrono::steady_clock::now() >= next) {
+        check_origins(self, &period);
+        next = std::chrono::steady_clock::now() + period;
+      }
     }
   }).detach();
 }
@@ -343,13 +737,11 @@ void ensure_torch_container(int64_t worker) {
   check(dac_set_cleanup_sender_nonblocking(1));
   // DISTAUTOGRAD_MAX_CONTEXTS=N caps live contexts: past it torch gets a
   // RuntimeError instead of growing without bound.
-  if (const char* cap = getenv("DISTAUTOGRAD_MAX_CONTEXTS"); cap != nullptr && *cap != 0) {
-    char* end = nullptr;
-    long long n = strtoll(cap, &end, 10);
-    if (end == cap || *end != 0 || n < 0 || dac_set_max_contexts(n) != DAC_OK)
-      fprintf(stderr, "distautograd-torch: DISTAUTOGRAD_MAX_CONTEXTS=%s is not a count >= 0; no cap\n", cap);
-  }
+  if (settings.max_contexts >= 0 && dac_set_max_contexts(settings.max_contexts) != DAC_OK)
+    fprintf(stderr, "distautograd-torch: DISTAUTOGRAD_MAX_CONTEXTS=%lld: %s; no cap\n", settings.max_contexts,
+            dac_last_error());
   start_reaper();
+  start_checker(worker);
   instance.store(p, std::memory_order_release);
 }
 
@@ -389,37 +781,11 @@ ContextPtr m_newContext(void*) {
   }
 }
 
-// Releases the context stored under id, if any, with the known workers
-// torch's engine recorded on libtorch's context, which distautograd's
-// release fan-out tells: one call into the library's Go side when it is
-// there, none when it is not (the usual case for a cleanup message: every
-// worker of a pass tells every other). False: nothing was released.
-bool release_with_torch_workers(int64_t id) {
-  Handle h;
-  check(dac_context_retrieve_if_present(id, &h.h));
-  if (h.h == nullptr)
-    return false;
-  std::vector<int32_t> ids;
-  uint64_t v = 0;
-  check(dac_context_host_value(h.h, &v));
-  if (v != 0) {
-    auto known = box_of(v)->object()->getKnownWorkerIds();
-    ids.reserve(known.size());
-    for (auto w : known)  // torch's int16_t worker id: 40000 is -25536
-      ids.push_back(static_cast<int32_t>(static_cast<uint16_t>(w)));
-  }
-  // Dropped before the release, so that the release's is the context's
-  // last reference and its death happens there, not in a second call.
-  dac_context_unref(h.h);
-  h.h = nullptr;
-  int released = 0;
-  check(dac_context_release_with_workers(id, ids.data(), ids.size(), &released));
-  return released != 0;
-}
-
+// A release tells the context's known workers, which the library has:
+// every one torch's engine recorded on libtorch's context reached it too
+// (m_addKnownWorkerId). A cleanup message for a context gone already (the
+// usual case: every worker of a pass tells every other) never enters Go.
 void m_releaseContext(void*, int64_t id) {
-  if (release_with_torch_workers(id))
-    return;
   // Gone: torch's "Could not find autograd context with id", unless it is
   // the reaped pass this thread has been told about already.
   int rc = dac_context_release(id);
@@ -430,7 +796,24 @@ void m_releaseContext(void*, int64_t id) {
   check(rc);
 }
 
-void m_releaseContextIfPresent(void*, int64_t id) { release_with_torch_workers(id); }
+void m_releaseContextIfPresent(void*, int64_t id) { check(dac_context_release_if_present(id, nullptr)); }
+
+// DistAutogradContext::addKnownWorkerId, which torch's engine calls on
+// each RPC of a pass: libtorch's own (its set is what torch reads,
+// `_known_worker_ids()`), and the library's context of the same id, so that
+// every release the library makes, its own included (the reaper, the
+// contexts of a dead origin), tells the worker as torch's does. A worker
+// the context knows already is settled in C, without entering Go. It never
+// throws, as libtorch's does not.
+void m_addKnownWorkerId(void* self, rpc::worker_id_t worker) {
+  real.addKnownWorkerId(self, worker);
+  dac_context* h = nullptr;
+  if (dac_context_retrieve_if_present(static_cast<ta::DistAutogradContext*>(self)->contextId(), &h) != DAC_OK ||
+      h == nullptr)
+    return;  // not the library's (libtorch's own, in the run-time check) or released already
+  dac_context_add_known_worker_id(h, static_cast<uint16_t>(worker));  // torch's int16_t: 40000 is -25536
+  dac_context_unref(h);
+}
 
 void m_isValidContext(void*, int64_t id) { check(dac_context_is_valid(id)); }
 
@@ -536,6 +919,8 @@ DAT_SAME_ABI(clearCurrentContext);
 DAT_SAME_ABI(numAutogradContexts);
 DAT_SAME_ABI(currentContextId);
 static_assert(std::is_same_v<ta::ContextPtr, ContextPtr>);
+static_assert(std::is_same_v<decltype(&ta::DistAutogradContext::addKnownWorkerId), void (ta::DistAutogradContext::*)(rpc::worker_id_t)>,
+              "DistAutogradContext::addKnownWorkerId does not have the ABI m_addKnownWorkerId serves");
 static_assert(sizeof(ta::DistAutogradContext) <= kContextRoom && alignof(ta::DistAutogradContext) <= 16,
               "a DistAutogradContext of this torch does not fit the room a Box has for one");
 #endif
@@ -621,6 +1006,8 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_start(dat_start_a
   real.getOrCreateContext = reinterpret_cast<decltype(real.getOrCreateContext)>(a->real[10]);
   real.releaseContextIfPresent = reinterpret_cast<decltype(real.releaseContextIfPresent)>(a->real[4]);
   real.numAutogradContexts = reinterpret_cast<decltype(real.numAutogradContexts)>(a->real[16]);
+  real.addKnownWorkerId = reinterpret_cast<decltype(real.addKnownWorkerId)>(a->real[DAT_IDX_ADD_KNOWN_WORKER]);
+  settings = read_settings();
   if (!probe(a->simulate, a->why, a->why_cap))
     return 1;
   void** s = a->serve;
@@ -642,6 +1029,7 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_start(dat_start_a
   s[15] = reinterpret_cast<void*>(m_clearCurrentContext);
   s[16] = reinterpret_cast<void*>(m_numAutogradContexts);
   s[17] = reinterpret_cast<void*>(m_currentContextId);
+  s[DAT_IDX_ADD_KNOWN_WORKER] = reinterpret_cast<void*>(m_addKnownWorkerId);
   started.store(true);
   std::atexit([] { exiting.store(true); });
   return 0;
@@ -669,14 +1057,60 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_debug_info(char* 
   // its engine, a Python object), or a live context hosts.
   int n = snprintf(buf, capacity,
                    "{\"torch_cleanup_delivered\":%lld,\"torch_cleanup_failed\":%lld,\"torch_cleanup_handed\":%lld,"
-                   "\"torch_contexts_alive\":%lld,\"torch_contexts_made\":%lld,\"torch_native_contexts\":%lld}",
+                   "\"torch_cleanup_outstanding\":%lld,\"torch_contexts_alive\":%lld,\"torch_contexts_made\":%lld,"
+                   "\"torch_native_contexts\":%lld,\"torch_origin_probes\":%lld,\"torch_origins_gone\":%lld,"
+                   "\"torch_orphans_released\":%lld}",
                    static_cast<long long>(counts.cleanup_delivered.load()),
                    static_cast<long long>(counts.cleanup_torch_failed.load()),
-                   static_cast<long long>(counts.cleanup_handed.load()), static_cast<long long>(made - destroyed),
-                   static_cast<long long>(made),
-                   static_cast<long long>(self != nullptr ? real.numAutogradContexts(self) : 0));
+                   static_cast<long long>(counts.cleanup_handed.load()),
+                   static_cast<long long>(std::max<int64_t>(0, outstanding.load())),
+                   static_cast<long long>(made - destroyed), static_cast<long long>(made),
+                   static_cast<long long>(self != nullptr ? real.numAutogradContexts(self) : 0),
+                   static_cast<long long>(counts.origin_probes.load()),
+                   static_cast<long long>(counts.origins_gone.load()),
+                   static_cast<long long>(counts.orphans_released.load()));
   if (n < 0)
     return 2;
   *length = static_cast<size_t>(n);
   return 0;
+}
+
+// Waits until every cleanup message this process handed to torch's agent
+// has been answered by its worker (the context released there) or has
+// finally failed (for distautograd.torch.flush): first the library's own
+// (those still queued or awaiting a retry because no agent could take
+// them: dac_cleanup_flush), then torch's. timeout_ms < 0: no bound. Writes
+// how many are still pending to *pending. 0: none pending; 1: the backend
+// does not serve torch's container in this process; 2: bad arguments; 13
+// (DAC_ERR_TIMEOUT): some still pending when the time ran out.
+extern "C" __attribute__((visibility("default"))) int dat_impl_flush(int64_t timeout_ms, int64_t* pending) {
+  if (pending == nullptr)
+    return 2;
+  if (!started.load())
+    return 1;
+  using clock = std::chrono::steady_clock;
+  const bool bounded = timeout_ms >= 0;
+  const auto deadline = bounded ? clock::now() + std::chrono::milliseconds(timeout_ms) : clock::time_point::max();
+  auto left_ms = [&] {
+    if (!bounded)
+      return std::numeric_limits<int64_t>::max();
+    return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count());
+  };
+  int64_t queued = 0;
+  dac_cleanup_flush(left_ms(), &queued);
+  flush_waiters.fetch_add(1);
+  {
+    std::unique_lock<std::mutex> lk(flush_mu);
+    while (outstanding.load() > 0 && clock::now() < deadline) {
+      if (bounded)
+        flush_cv.wait_until(lk, deadline);
+      else
+        flush_cv.wait(lk);
+    }
+  }
+  flush_waiters.fetch_sub(1);
+  if (queued > 0)  // handed over meanwhile, or still queued: count what is left now
+    dac_cleanup_flush(0, &queued);
+  *pending = queued + std::max<int64_t>(0, outstanding.load());
+  return *pending == 0 ? 0 : DAC_ERR_TIMEOUT;
 }

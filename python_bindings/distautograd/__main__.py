@@ -7,7 +7,8 @@ and the debug information of a container initialized for worker 0 in this
 short-lived process: the library's, or, run under the torch backend
 (``distautograd-torch python -m distautograd``),
 distautograd.torch.debug_info()'s, which adds torch's figures and the
-backend's own. Exit status 0 when the library loaded and answered.
+backend's own, and the contexts it holds (distautograd.torch.contexts()).
+Exit status 0 when the library loaded and answered.
 """
 from __future__ import annotations
 
@@ -99,6 +100,10 @@ def report() -> List[str]:
     info = read()
     lines.insert(len(lines) - 1, "go runtime:    %s" % go_runtime_changes(info))
     lines += ["  %s" % line for line in json.dumps(info, indent=2, sort_keys=True).splitlines()]
+    if backend is not None:
+        held = backend.contexts()
+        lines.append("contexts (distautograd.torch.contexts(), this process): %d" % len(held))
+        lines += ["  %s" % json.dumps(c, sort_keys=True) for c in held]
     return lines
 
 

@@ -77,6 +77,50 @@ class UsageError(Exception):
     """What the launcher refuses, with the one line to show."""
 
 
+#: The int64_t bound of DISTAUTOGRAD_REAP_IDLE_MS (its nanoseconds fit).
+_REAP_MS_MAX = (2**63 - 1) // 1000000
+#: The signals DISTAUTOGRAD_CONTEXTS_SIGNAL names, and those it may never
+#: take by number (the runtime's, the host's faults, job control).
+_SIGNAL_NAMES = {"USR1": 10, "USR2": 12, "HUP": 1, "WINCH": 28, "PWR": 30}
+_SIGNALS_REFUSED = {9, 19, 11, 7, 8, 4, 27, 23, 13, 17}  # KILL STOP SEGV BUS FPE ILL PROF URG PIPE CHLD
+_SIGRTMAX = 64
+
+
+def _int_in(text: str, lo: int, hi: int) -> bool:
+    return re.fullmatch(r"[+-]?[0-9]+", text) is not None and lo <= int(text) <= hi
+
+
+def _signal_ok(text: str) -> bool:
+    if text in ("0", "off", "none"):
+        return True
+    name = text[3:] if text.startswith("SIG") else text
+    if name in _SIGNAL_NAMES:
+        return True
+    return _int_in(text, 1, _SIGRTMAX) and int(text) not in _SIGNALS_REFUSED
+
+
+#: The backend's settings, each with what it accepts (read by the backend
+#: when it starts: torch_backend/impl.cpp, read_settings, which takes the
+#: same values: test_backend's TestSettings ties the two). docs/torch.md
+#: says what each does. A bad value is refused before the job starts.
+SETTINGS = {
+    "DISTAUTOGRAD_REAP_IDLE_MS": ("a positive number of ms", lambda v: _int_in(v, 1, _REAP_MS_MAX)),
+    "DISTAUTOGRAD_MAX_CONTEXTS": ("a count >= 0", lambda v: _int_in(v, 0, 2**63 - 1)),
+    "DISTAUTOGRAD_RELEASE_DEAD_ORIGINS": ("0 or 1", lambda v: v in ("0", "1")),
+    "DISTAUTOGRAD_CONTEXTS_SIGNAL": (
+        "a signal the backend may take (USR1, USR2, HUP, WINCH, PWR, a number, or off)", _signal_ok),
+}
+
+
+def check_settings(env: Dict[str, str]) -> None:
+    """Refuses the first bad value of a backend setting in env (UsageError:
+    its one line). An empty value is the default, as unset."""
+    for name, (what, ok) in SETTINGS.items():
+        value = env.get(name, "")
+        if value and not ok(value):
+            raise UsageError("%s=%s is not %s" % (name, value, what))
+
+
 def served(version: Optional[str]) -> bool:
     return bool(version) and any(version == v or version.startswith(v + ".") for v in SERVED_TORCH)
 
@@ -246,6 +290,7 @@ def main(argv: Optional[List[str]] = None, library_dir: Optional[str] = None) ->
         return 2
     env = dict(os.environ)
     try:
+        check_settings(env)
         shim = library_path(library_dir)
         path, found, version = judge(args or ["python3"], env)
     except UsageError as e:

@@ -23,15 +23,18 @@ default from 2.4 on: ``init_rpc`` through ``env://`` (MASTER_ADDR and
 MASTER_PORT) fails there natively too, unless ``USE_LIBUV=0``. The launcher
 sets ``USE_LIBUV=0`` for the command when torch is 2.x and it is unset.
 
-Inside, :func:`active` says whether torch's container is distautograd, and
+Inside, :func:`active` says whether torch's container is distautograd,
 :func:`debug_info` gives distautograd's figures (the fan-out's counters, the
-libtorch context objects made and alive...).
+libtorch context objects made and alive...), :func:`contexts` what this
+worker holds, and :func:`flush` waits until the cleanup messages this
+process sent have reached their workers.
 ``torch.distributed.autograd._get_debug_info()`` stays torch's own: its two
 keys, with torch's meaning. Processes that never use distributed autograd
 never load more than a few kilobytes of the backend.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import json
@@ -40,7 +43,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import _launch, _process
 from ._launch import SERVED_TORCH, UsageError, library_path
 
-__all__ = ["active", "state", "debug_info", "NotServing", "library_path", "main", "SERVED_TORCH"]
+__all__ = ["active", "state", "debug_info", "contexts", "flush", "NotServing", "library_path", "main", "SERVED_TORCH"]
 
 
 def _instead() -> str:
@@ -182,12 +185,17 @@ def debug_info() -> Dict[str, int]:
       worker acknowledged; ``torch_cleanup_failed``: those whose send torch
       finally reported failed (each also logged on stderr, as natively).
       The rest are still being sent (torch retries a failed send 20 times,
-      backing off from 1 s).
+      backing off from 1 s): ``torch_cleanup_outstanding``, what
+      :func:`flush` waits for.
     - ``torch_contexts_made``: libtorch context objects built;
       ``torch_contexts_alive``: those not yet destroyed (held by a live
       context, or by torch: its engine, a Python object).
     - ``torch_native_contexts``: what libtorch's own container map holds
       (0: every context is distautograd's).
+    - ``torch_origin_probes``: checks sent to the origin worker of a
+      context idle for the RPC timeout; ``torch_origins_gone``: origins
+      found gone (dead); ``torch_orphans_released``: the contexts of their
+      passes released here (DISTAUTOGRAD_RELEASE_DEAD_ORIGINS, docs/torch.md).
 
     The three groups are read one after another, not as one snapshot.
     Raises :class:`NotServing` (a RuntimeError) when the backend does not
@@ -208,6 +216,62 @@ def debug_info() -> Dict[str, int]:
         info.setdefault(key, value)
     info.update(_backend_figures(impl))
     return dict(sorted(info.items()))
+
+
+def _serving_impl() -> Any:
+    impl, why = _serving()
+    if impl is None:
+        raise NotServing(why)
+    return impl
+
+
+def contexts() -> List[Dict[str, Any]]:
+    """Every context torch's distributed autograd holds in this process
+    now, one dict each, sorted by id: ``id``, ``origin_worker`` (the worker
+    whose pass it is), ``known_workers`` (sorted: the workers torch's
+    engine sent this pass's RPCs to, which its release tells), ``age_s`` and
+    ``idle_s`` (seconds since it was stored here, and since it was last
+    used). What native torch does not show (it gives two counters). Plain
+    data, so a peer's can be asked through RPC::
+
+        rpc.rpc_sync("worker1", distautograd.torch.contexts)
+
+    A running job's contexts can also be seen without changing its script:
+    ``kill -USR2 PID`` has the backend print them on that process's stderr
+    (DISTAUTOGRAD_CONTEXTS_SIGNAL, docs/torch.md). Raises
+    :class:`NotServing` where the backend does not serve, and torch's
+    RuntimeError before distributed autograd is initialized."""
+    _serving_impl()
+    import distautograd
+
+    return distautograd.contexts()
+
+
+def flush(timeout: Optional[float] = None) -> int:
+    """Waits until every cleanup message this process handed to torch's RPC
+    agent (one per known worker of each context released here) has been
+    answered by its worker, which released its copy then, or has finally
+    failed (torch retries a send 20 times, backing off from 1 s); at most
+    timeout seconds (None: no bound). Returns how many are still pending: 0,
+    every one answered or given up on. What torch offers no way to wait for
+    (pytorch issue 34359). Raises :class:`NotServing` where the backend does
+    not serve."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not math.isfinite(timeout) or timeout < 0):
+        raise ValueError("flush(): timeout must be None or a finite number of seconds >= 0, got %r" % (timeout,))
+    import ctypes
+
+    fn = _serving_impl().dat_impl_flush
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]
+    pending = ctypes.c_int64()
+    ms = -1 if timeout is None else min(int(math.ceil(timeout * 1000)), 2**63 - 1)
+    rc = fn(ms, ctypes.byref(pending))  # the GIL is released while it waits
+    if rc == 1:
+        raise NotServing("the torch backend does not serve torch's container in this process")
+    if rc not in (0, 13):
+        raise RuntimeError("dat_impl_flush failed (%d)" % rc)
+    return pending.value
 
 
 def main(argv: Optional[List[str]] = None) -> int:
