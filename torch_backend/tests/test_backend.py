@@ -24,7 +24,7 @@ PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.execu
 TIMEOUT = 180
 
 sys.path.insert(0, os.path.join(ROOT, "python_bindings"))
-from distautograd._launch import SERVED_TORCH  # noqa: E402
+from distautograd._launch import SERVED_TORCH, SETTINGS  # noqa: E402
 from distautograd._process import impl_name  # noqa: E402
 
 
@@ -44,8 +44,9 @@ DEBUG_INFO_KEYS = sorted([
     "num_autograd_contexts", "num_current_backward_passes",
     "cleanup_sent", "cleanup_retried", "cleanup_failed", "cleanup_dropped", "cleanup_skipped", "cleanup_pending",
     "max_contexts", "refused_contexts", "live_handles", "uncounted_handles", "go_heap_bytes",
-    "torch_cleanup_handed", "torch_cleanup_delivered", "torch_cleanup_failed", "torch_contexts_made", "torch_contexts_alive",
-    "torch_native_contexts"] + ["go_runtime_" + name.replace("-", "_") for name in go_runtime_changes()])
+    "torch_cleanup_handed", "torch_cleanup_delivered", "torch_cleanup_failed", "torch_cleanup_outstanding",
+    "torch_contexts_made", "torch_contexts_alive", "torch_native_contexts",
+    "torch_origin_probes", "torch_origins_gone", "torch_orphans_released"] + ["go_runtime_" + name.replace("-", "_") for name in go_runtime_changes()])
 
 
 def documented_keys() -> list:
@@ -90,7 +91,8 @@ def torch_problem() -> str:
 
 def env(backend: bool, **extra: str) -> dict:
     e = dict(os.environ)
-    for k in ("LD_PRELOAD", "DISTAUTOGRAD_LIBRARY", "DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH", "DISTAUTOGRAD_REAP_IDLE_MS"):
+    # The backend's settings too: each test sets those it is about.
+    for k in ("LD_PRELOAD", "DISTAUTOGRAD_LIBRARY", "DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH", *SETTINGS):
         e.pop(k, None)
     e["PYTHONPATH"] = os.path.join(ROOT, "python_bindings")
     e["GLOG_minloglevel"] = "2"

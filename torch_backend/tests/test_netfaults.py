@@ -32,6 +32,7 @@ import threading
 import time
 import unittest
 
+from torch_backend.tests._driven import ANSWER_TIMEOUT_S, Driven
 from torch_backend.tests.test_backend import BackendTest, PYTHON, env, in_ci
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,8 +40,7 @@ REAP_IDLE_MS = 3000
 RPC_TIMEOUT_S = 2  # net_job.RPC_TIMEOUT_S
 #: A fault lasts this long: past the RPC timeout, and past the reaping window.
 FAULT_S = RPC_TIMEOUT_S + REAP_IDLE_MS / 1000 + 1
-#: Bounds, not expectations: a hang or a leak fails at these.
-ANSWER_TIMEOUT_S = 120
+#: A bound, not an expectation: a leak fails at it.
 SETTLE_TIMEOUT_S = 90
 #: Natively nothing reaps: the survivors are looked at once, after this.
 NATIVE_LOOK_S = REAP_IDLE_MS / 1000 * 2 + 1
@@ -133,63 +133,20 @@ class Network:
 _started: list = []
 
 
-class Host:
+class Host(Driven):
     """One net_job.py worker in its namespace, driven through stdin."""
 
     def __init__(self, net: Network, rank: int, port: str, out: str, backend: bool) -> None:
         self.rank = rank
-        self.name = "w%d" % rank
-        self.log = open(os.path.join(out, "log-%d" % rank), "w")
         # TensorPipe and the Gloo group init_rpc makes take the address of
         # this interface (else the host name's, which is not in here).
         ifname = net.link(rank, (rank + 1) % WORLD)
         extra = {"TP_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": ifname}
-        if backend:
-            extra["DISTAUTOGRAD_REAP_IDLE_MS"] = str(REAP_IDLE_MS)
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", net.ns[rank], PYTHON, os.path.join(HERE, "net_job.py"), str(rank),
-             net.addr(0), port, out],
-            env=env(backend, **extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        super().__init__("w%d" % rank,
+                         ["ip", "netns", "exec", net.ns[rank], PYTHON, os.path.join(HERE, "net_job.py"), str(rank),
+                          net.addr(0), port, out],
+                         env(backend, **extra), os.path.join(out, "log-%d" % rank))
         _started.append(self)
-        self.lines: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def send(self, cmd: str) -> None:
-        self.proc.stdin.write(cmd + "\n")
-        self.proc.stdin.flush()
-
-    def answer(self) -> dict:
-        try:
-            line = self.lines.get(timeout=ANSWER_TIMEOUT_S)
-        except queue.Empty:
-            raise AssertionError("%s did not answer within %d s (hung)" % (self.name, ANSWER_TIMEOUT_S)) from None
-        if line is None:
-            raise AssertionError("%s exited (status %s) instead of answering" % (self.name, self.proc.poll()))
-        return json.loads(line)
-
-    def ask(self, cmd: str) -> dict:
-        self.send(cmd)
-        return self.answer()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)
-                self.send("exit")
-                self.proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired, ValueError):
-                self.proc.kill()
-                self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self.log):
-            try:
-                f.close()
-            except OSError:
-                pass
 
 
 def free_port_in(ns: str) -> str:
