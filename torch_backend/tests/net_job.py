@@ -4,6 +4,8 @@ line by line on stdin; each command's answer is one JSON line on stdout.
 
 usage: net_job.py RANK MASTER_ADDR PORT OUT_DIR   (TP_SOCKET_IFNAME set)
 
+Every answer has "t", the monotonic clock when it was made.
+
 Commands:
   passes N PEER...   N passes, each calling every PEER (workers' names) and
                      running backward and an optimizer step through them:
@@ -165,6 +167,7 @@ def main():
 
 
 def answer(obj):
+    obj["t"] = time.monotonic()  # the machine's clock: the test compares it with its own
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
 

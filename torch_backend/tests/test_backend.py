@@ -345,9 +345,11 @@ class TestLauncher(BackendTest):
         lines = r.stdout.splitlines()
         self.assertTrue(any(ln.startswith("torch backend: active (torch ") for ln in lines), lines)
         head = "debug info (distautograd.torch.debug_info(), this process, after _init(0)):"
-        info = json.loads("\n".join(lines[lines.index(head) + 1:]))
+        tail = "contexts (distautograd.torch.contexts(), this process): 0"
+        info = json.loads("\n".join(lines[lines.index(head) + 1:lines.index(tail)]))
         self.assertEqual(sorted(info), DEBUG_INFO_KEYS)
         self.assertEqual(info["torch_native_contexts"], 0)
+        self.assertEqual(lines[-1], tail)
         r = subprocess.run([PYTHON, "-m", "distautograd"], env=env(False), capture_output=True, text=True,
                            timeout=TIMEOUT)
         self.assertEqual(r.returncode, 0, r.stderr)
