@@ -150,9 +150,11 @@ std::mutex init_mu;
 // real, exiting).
 struct alignas(64) Counts {
   std::atomic<int64_t> cleanup_handed{0}, cleanup_delivered{0}, cleanup_torch_failed{0}, made{0}, destroyed{0};
-  // The origin check's (check_origins): probes sent, origins found gone,
-  // contexts released for them.
-  std::atomic<int64_t> origin_probes{0}, origins_gone{0}, orphans_released{0};
+  // Cleanup messages dropped: their worker was found gone.
+  std::atomic<int64_t> cleanup_gone{0};
+  // The origin check's (check_origins): probes sent, workers found gone
+  // (by a probe or a cleanup message), contexts of their passes released.
+  std::atomic<int64_t> origin_probes{0}, workers_gone{0}, orphans_released{0};
 } counts;
 std::atomic<bool> exiting{false};
 // DISTAUTOGRAD_REAP_IDLE_MS, when the reaper runs (start_reaper); else 0.
@@ -286,6 +288,82 @@ ContextPtr hosted(dac_context* h) {
   return attach(h, id);
 }
 
+// ---- Workers found gone ----------------------------------------------------
+//
+// A worker is gone when a send to it fails because its connection was reset
+// or ended, or a new one refused: its process died (TensorPipe then keeps
+// the pipe in error: every later send to it fails the same way). What it
+// held died with it. The backend then stops telling it anything (a cleanup
+// message to it is dropped and counted, not retried by torch for hours,
+// each retry failing) and releases what its passes left here (below: the
+// contexts whose origin is gone). A timeout is not gone: a stopped or
+// partitioned worker may answer again. DISTAUTOGRAD_DEAD_WORKERS=0 turns it
+// all off, as natively.
+
+// Whether a send's error says the peer is gone: its connection was reset or
+// ended, or a new one refused (TensorPipe's errors, by transport: shm says
+// eof, uv names the errno). A timeout or anything else does not.
+bool gone(const std::string& error) {
+  static const char* const kGone[] = {"eof (", "EOF: end of file", "ECONNRESET", "ECONNREFUSED", "EPIPE",
+                                      "connection reset by peer", "connection refused", "Connection reset by peer",
+                                      "Connection refused", "broken pipe", "Broken pipe"};
+  if (error.rfind("eof", 0) == 0)
+    return true;
+  for (const char* g : kGone)
+    if (error.find(g) != std::string::npos)
+      return true;
+  return false;
+}
+
+// The workers found gone, a bit each (worker ids are 16 bits).
+std::atomic<uint64_t> gone_bits[(1 << 16) / 64];
+std::atomic<bool> dead_workers_on{false};  // DISTAUTOGRAD_DEAD_WORKERS (settings)
+
+bool known_gone(int worker) {
+  return (gone_bits[worker >> 6].load(std::memory_order_relaxed) >> (worker & 63)) & 1;
+}
+
+// The checker's wake-up: a pipe, written by a probe's answer (an origin
+// found gone) and by the contexts signal's handler (async-signal-safe).
+int wake_fds[2] = {-1, -1};
+volatile sig_atomic_t contexts_requested = 0;
+
+void wake_checker() {
+  if (wake_fds[1] >= 0) {
+    int saved = errno;
+    (void)!write(wake_fds[1], "x", 1);
+    errno = saved;
+  }
+}
+
+struct OriginState {
+  bool in_flight = false;
+  bool dead = false;               // found gone: its contexts to release
+  std::string why;                 // the send's error that said so
+  std::chrono::steady_clock::time_point next;  // no probe before
+};
+std::mutex origins_mu;
+std::unordered_map<int, OriginState> origins;
+
+// Records that worker is gone (why: the send's error): its cleanup
+// messages are dropped from now on, and the checker releases the contexts
+// of its passes. The first time, one line on stderr.
+void mark_gone(int worker, const std::string& why) {
+  const uint64_t bit = 1ull << (worker & 63);
+  if (gone_bits[worker >> 6].fetch_or(bit) & bit)
+    return;
+  counts.workers_gone.fetch_add(1, std::memory_order_relaxed);
+  fprintf(stderr, "distautograd-torch: worker %d is gone (%s): no more cleanup messages to it, and the contexts of "
+                  "its passes here are released\n", worker, why.c_str());
+  {
+    std::lock_guard<std::mutex> g(origins_mu);
+    auto& st = origins[worker];
+    st.dead = true;
+    st.why = why;
+  }
+  wake_checker();
+}
+
 // ---- The cleanup sender: torch's own CleanupAutogradContextReq ----------
 
 // The cleanup messages handed to torch's agent and not yet answered or
@@ -306,37 +384,87 @@ void answered() {
   }
 }
 
-// Hands the message to the current RPC agent, which sends it with torch's
-// own retries (20, as the native sendReleaseContextRpc) and returns: it
-// never waits for the network, so it is declared non-blocking and runs on
-// the releasing thread, as the native sendReleaseContextRpc does (waking a
-// library thread per release cost more than the send). What finally fails
-// is counted and logged as natively.
-int send_cleanup(void*, int32_t worker, int64_t context_id) {
-  if (exiting.load(std::memory_order_relaxed) || !rpc::RpcAgent::isCurrentRpcAgentSet())
-    return 1;  // retried with backoff; given up on and counted if it stays so
-  outstanding.fetch_add(1);
-  c10::intrusive_ptr<rpc::JitFuture> fut;
+// What finally became of a cleanup message handed to torch's agent.
+void cleanup_answered(int32_t worker, rpc::JitFuture& f) {
+  if (!f.hasError()) {
+    counts.cleanup_delivered.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    counts.cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
+    TorchLog(kTorchContainerFile, kLineCouldNotRelease, kTorchError).stream()
+        << "Could not release Dist Autograd Context on node " << worker << ": " << f.tryRetrieveErrorMessage();
+  }
+  answered();
+}
+
+// Torch's own retries of a cleanup message (20, as the native
+// sendReleaseContextRpc), from an agent's callback.
+void send_with_retries(int32_t worker, int64_t context_id) {
   try {
     auto agent = rpc::RpcAgent::getCurrentRpcAgent();
     rpc::RpcRetryOptions options;
     options.maxRetries = 20;
-    fut = agent->sendWithRetries(agent->getWorkerInfo(static_cast<rpc::worker_id_t>(worker)),
-                                 ta::CleanupAutogradContextReq(context_id).toMessage(), options);
+    auto fut = agent->sendWithRetries(agent->getWorkerInfo(static_cast<rpc::worker_id_t>(worker)),
+                                      ta::CleanupAutogradContextReq(context_id).toMessage(), options);
+    fut->addCallback([worker](rpc::JitFuture& f) { cleanup_answered(worker, f); });
+  } catch (const std::exception& e) {
+    counts.cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
+    TorchLog(kTorchContainerFile, kLineCouldNotRelease, kTorchError).stream()
+        << "Could not release Dist Autograd Context on node " << worker << ": " << e.what();
+    answered();
+  }
+}
+
+// Hands the message to the current RPC agent and returns: it never waits
+// for the network, so it is declared non-blocking and runs on the
+// releasing thread, as the native sendReleaseContextRpc does (waking a
+// library thread per release cost more than the send). Natively the agent
+// sends it with 20 retries; here the first attempt goes alone, so that a
+// worker found gone by it is told nothing more (above), and only another
+// failure goes on to torch's retries. What finally fails is counted and
+// logged as natively.
+int send_cleanup(void*, int32_t worker, int64_t context_id) {
+  if (exiting.load(std::memory_order_relaxed) || !rpc::RpcAgent::isCurrentRpcAgentSet())
+    return 1;  // retried with backoff; given up on and counted if it stays so
+  const bool dead_workers = dead_workers_on.load(std::memory_order_relaxed);
+  if (dead_workers && known_gone(worker)) {  // dropped: handed and gone at once, for the counts
+    counts.cleanup_handed.fetch_add(1, std::memory_order_relaxed);
+    counts.cleanup_gone.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  outstanding.fetch_add(1);
+  c10::intrusive_ptr<rpc::JitFuture> fut;
+  try {
+    auto agent = rpc::RpcAgent::getCurrentRpcAgent();
+    const auto& to = agent->getWorkerInfo(static_cast<rpc::worker_id_t>(worker));
+    if (dead_workers) {
+      fut = agent->send(to, ta::CleanupAutogradContextReq(context_id).toMessage());
+    } else {
+      rpc::RpcRetryOptions options;
+      options.maxRetries = 20;
+      fut = agent->sendWithRetries(to, ta::CleanupAutogradContextReq(context_id).toMessage(), options);
+    }
   } catch (const std::exception&) {
     answered();  // not handed over: the library retries it
     return 1;
   }
   counts.cleanup_handed.fetch_add(1, std::memory_order_relaxed);
-  fut->addCallback([worker](rpc::JitFuture& f) {
+  if (!dead_workers) {
+    fut->addCallback([worker](rpc::JitFuture& f) { cleanup_answered(worker, f); });
+    return 0;
+  }
+  fut->addCallback([worker, context_id](rpc::JitFuture& f) {
     if (!f.hasError()) {
-      counts.cleanup_delivered.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      counts.cleanup_torch_failed.fetch_add(1, std::memory_order_relaxed);
-      TorchLog(kTorchContainerFile, kLineCouldNotRelease, kTorchError).stream()
-          << "Could not release Dist Autograd Context on node " << worker << ": " << f.tryRetrieveErrorMessage();
+      cleanup_answered(worker, f);
+      return;
     }
-    answered();
+    std::string why = f.tryRetrieveErrorMessage();
+    if (gone(why)) {
+      mark_gone(worker, why);
+      counts.cleanup_gone.fetch_add(1, std::memory_order_relaxed);
+      answered();
+      return;
+    }
+    send_with_retries(worker, context_id);  // still outstanding
   });
   return 0;
 }
@@ -350,7 +478,7 @@ int send_cleanup(void*, int32_t worker, int64_t context_id) {
 struct Settings {
   long long reap_idle_ms = 0;     // DISTAUTOGRAD_REAP_IDLE_MS: 0, no reaper
   long long max_contexts = -1;    // DISTAUTOGRAD_MAX_CONTEXTS: -1, no cap
-  bool release_dead_origins = true;  // DISTAUTOGRAD_RELEASE_DEAD_ORIGINS
+  bool dead_workers = true;       // DISTAUTOGRAD_DEAD_WORKERS
   int contexts_signal = SIGUSR2;  // DISTAUTOGRAD_CONTEXTS_SIGNAL: 0, none
 };
 
@@ -401,11 +529,11 @@ Settings read_settings() {
   if (const char* v = getenv("DISTAUTOGRAD_MAX_CONTEXTS"); v != nullptr && *v != 0 &&
       !parse_int(v, 0, std::numeric_limits<int64_t>::max(), &s.max_contexts))
     bad("DISTAUTOGRAD_MAX_CONTEXTS", v, "a count >= 0", "no cap");
-  if (const char* v = getenv("DISTAUTOGRAD_RELEASE_DEAD_ORIGINS"); v != nullptr && *v != 0) {
+  if (const char* v = getenv("DISTAUTOGRAD_DEAD_WORKERS"); v != nullptr && *v != 0) {
     if (strcmp(v, "0") == 0)
-      s.release_dead_origins = false;
+      s.dead_workers = false;
     else if (strcmp(v, "1") != 0)
-      bad("DISTAUTOGRAD_RELEASE_DEAD_ORIGINS", v, "0 or 1", "on (1)");
+      bad("DISTAUTOGRAD_DEAD_WORKERS", v, "0 or 1", "on (1)");
   }
   if (const char* v = getenv("DISTAUTOGRAD_CONTEXTS_SIGNAL"); v != nullptr && *v != 0 &&
       !parse_signal(v, &s.contexts_signal))
@@ -530,43 +658,6 @@ void print_contexts() {
 // answers.
 int64_t never_held(int origin) { return static_cast<int64_t>((static_cast<uint64_t>(origin) << 48) | ((1ull << 48) - 1)); }
 
-// Whether a send's error says the peer is gone: its connection was reset or
-// ended, or a new one refused (TensorPipe's errors, by transport: shm says
-// eof, uv names the errno). A timeout or anything else does not.
-bool gone(const std::string& error) {
-  static const char* const kGone[] = {"eof (", "EOF: end of file", "ECONNRESET", "ECONNREFUSED", "EPIPE",
-                                      "connection reset by peer", "connection refused", "Connection reset by peer",
-                                      "Connection refused", "broken pipe", "Broken pipe"};
-  if (error.rfind("eof", 0) == 0)
-    return true;
-  for (const char* g : kGone)
-    if (error.find(g) != std::string::npos)
-      return true;
-  return false;
-}
-
-struct OriginState {
-  bool in_flight = false;
-  bool dead = false;               // found gone: its contexts to release
-  std::string why;                 // the send's error that said so
-  std::chrono::steady_clock::time_point next;  // no probe before
-};
-std::mutex origins_mu;
-std::unordered_map<int, OriginState> origins;
-
-// The checker's wake-up: a pipe, written by a probe's answer (an origin
-// found gone) and by the contexts signal's handler (async-signal-safe).
-int wake_fds[2] = {-1, -1};
-volatile sig_atomic_t contexts_requested = 0;
-
-void wake_checker() {
-  if (wake_fds[1] >= 0) {
-    int saved = errno;
-    (void)!write(wake_fds[1], "x", 1);
-    errno = saved;
-  }
-}
-
 void on_contexts_signal(int) {
   contexts_requested = 1;
   wake_checker();
@@ -597,19 +688,14 @@ void probe_origin(const std::shared_ptr<rpc::RpcAgent>& agent, int origin, std::
   // The callback may run here, at once: the lock is not held.
   fut->addCallback([origin, timeout](rpc::JitFuture& f) {
     std::string why = f.hasError() ? f.tryRetrieveErrorMessage() : std::string();
-    bool dead = f.hasError() && gone(why);
     {
       std::lock_guard<std::mutex> g(origins_mu);
       auto& st = origins[origin];
       st.in_flight = false;
       st.next = std::chrono::steady_clock::now() + timeout;
-      if (dead) {
-        st.dead = true;
-        st.why = why;
-      }
     }
-    if (dead)
-      wake_checker();
+    if (f.hasError() && gone(why))
+      mark_gone(origin, why);
   });
 }
 
@@ -629,10 +715,9 @@ void release_dead_origins() {
     int64_t n = 0;
     if (dac_release_contexts_of_worker(origin, &n) != DAC_OK || n == 0)
       continue;
-    counts.origins_gone.fetch_add(1, std::memory_order_relaxed);
     counts.orphans_released.fetch_add(n, std::memory_order_relaxed);
-    fprintf(stderr, "distautograd-torch: worker %d is gone (%s): released the %lld %s of its passes held here\n",
-            origin, why.c_str(), static_cast<long long>(n), n == 1 ? "context" : "contexts");
+    fprintf(stderr, "distautograd-torch: released the %lld %s of worker %d's passes held here (it is gone: %s)\n",
+            static_cast<long long>(n), n == 1 ? "context" : "contexts", origin, why.c_str());
   }
 }
 
@@ -662,6 +747,10 @@ void check_origins(int self, std::chrono::milliseconds* period) {
     std::lock_guard<std::mutex> g(origins_mu);
     for (int origin : idle) {
       auto& st = origins[origin];
+      if (known_gone(origin)) {
+        st.dead = true;  // a late message stored a context of its again
+        continue;
+      }
       if (!st.in_flight && !st.dead && now >= st.next) {
         st.in_flight = true;
         ask.push_back(origin);
@@ -670,6 +759,7 @@ void check_origins(int self, std::chrono::milliseconds* period) {
   }
   for (int origin : ask)
     probe_origin(agent, origin, timeout);
+  release_dead_origins();
 }
 
 // The checker's thread: the origin check every quarter of the RPC timeout
@@ -677,7 +767,7 @@ void check_origins(int self, std::chrono::milliseconds* period) {
 // as it is due.
 void start_checker(int64_t worker) {
   const bool signal_wanted = settings.contexts_signal != 0;
-  if (!settings.release_dead_origins && !signal_wanted)
+  if (!settings.dead_workers && !signal_wanted)
     return;
   if (pipe2(wake_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
     fprintf(stderr, "distautograd-torch: no pipe for the origin check (%s): it does not run\n", strerror(errno));
@@ -696,7 +786,7 @@ void start_checker(int64_t worker) {
     }
   }
   const int self = static_cast<int>(worker);
-  const bool check = settings.release_dead_origins;
+  const bool check = settings.dead_workers;
   std::thread([self, check] {
     auto period = std::chrono::milliseconds(1000);
     auto next = std::chrono::steady_clock::now();
@@ -741,6 +831,7 @@ void ensure_torch_container(int64_t worker) {
     fprintf(stderr, "distautograd-torch: DISTAUTOGRAD_MAX_CONTEXTS=%lld: %s; no cap\n", settings.max_contexts,
             dac_last_error());
   start_reaper();
+  dead_workers_on.store(settings.dead_workers, std::memory_order_relaxed);
   start_checker(worker);
   instance.store(p, std::memory_order_release);
 }
@@ -1056,19 +1147,21 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_debug_info(char* 
   // Made and not yet destroyed: those torch still holds (a ContextPtr in
   // its engine, a Python object), or a live context hosts.
   int n = snprintf(buf, capacity,
-                   "{\"torch_cleanup_delivered\":%lld,\"torch_cleanup_failed\":%lld,\"torch_cleanup_handed\":%lld,"
+                   "{\"torch_cleanup_delivered\":%lld,\"torch_cleanup_failed\":%lld,\"torch_cleanup_gone\":%lld,"
+                   "\"torch_cleanup_handed\":%lld,"
                    "\"torch_cleanup_outstanding\":%lld,\"torch_contexts_alive\":%lld,\"torch_contexts_made\":%lld,"
-                   "\"torch_native_contexts\":%lld,\"torch_origin_probes\":%lld,\"torch_origins_gone\":%lld,"
-                   "\"torch_orphans_released\":%lld}",
+                   "\"torch_native_contexts\":%lld,\"torch_origin_probes\":%lld,\"torch_orphans_released\":%lld,"
+                   "\"torch_workers_gone\":%lld}",
                    static_cast<long long>(counts.cleanup_delivered.load()),
                    static_cast<long long>(counts.cleanup_torch_failed.load()),
+                   static_cast<long long>(counts.cleanup_gone.load()),
                    static_cast<long long>(counts.cleanup_handed.load()),
                    static_cast<long long>(std::max<int64_t>(0, outstanding.load())),
                    static_cast<long long>(made - destroyed), static_cast<long long>(made),
                    static_cast<long long>(self != nullptr ? real.numAutogradContexts(self) : 0),
                    static_cast<long long>(counts.origin_probes.load()),
-                   static_cast<long long>(counts.origins_gone.load()),
-                   static_cast<long long>(counts.orphans_released.load()));
+                   static_cast<long long>(counts.orphans_released.load()),
+                   static_cast<long long>(counts.workers_gone.load()));
   if (n < 0)
     return 2;
   *length = static_cast<size_t>(n);

@@ -106,7 +106,7 @@ def _signal_ok(text: str) -> bool:
 SETTINGS = {
     "DISTAUTOGRAD_REAP_IDLE_MS": ("a positive number of ms", lambda v: _int_in(v, 1, _REAP_MS_MAX)),
     "DISTAUTOGRAD_MAX_CONTEXTS": ("a count >= 0", lambda v: _int_in(v, 0, 2**63 - 1)),
-    "DISTAUTOGRAD_RELEASE_DEAD_ORIGINS": ("0 or 1", lambda v: v in ("0", "1")),
+    "DISTAUTOGRAD_DEAD_WORKERS": ("0 or 1", lambda v: v in ("0", "1")),
     "DISTAUTOGRAD_CONTEXTS_SIGNAL": (
         "a signal the backend may take (USR1, USR2, HUP, WINCH, PWR, a number, or off)", _signal_ok),
 }

@@ -193,9 +193,12 @@ def debug_info() -> Dict[str, int]:
     - ``torch_native_contexts``: what libtorch's own container map holds
       (0: every context is distautograd's).
     - ``torch_origin_probes``: checks sent to the origin worker of a
-      context idle for the RPC timeout; ``torch_origins_gone``: origins
-      found gone (dead); ``torch_orphans_released``: the contexts of their
-      passes released here (DISTAUTOGRAD_RELEASE_DEAD_ORIGINS, docs/torch.md).
+      context idle for the RPC timeout; ``torch_workers_gone``: workers
+      found gone (dead: a check or a cleanup message to it found its
+      connection ended); ``torch_orphans_released``: the contexts of their
+      passes released here; ``torch_cleanup_gone``: cleanup messages to a
+      gone worker, dropped (DISTAUTOGRAD_DEAD_WORKERS, docs/torch.md). Every
+      message handed is delivered, failed, gone or outstanding.
 
     The three groups are read one after another, not as one snapshot.
     Raises :class:`NotServing` (a RuntimeError) when the backend does not

@@ -46,7 +46,7 @@ DEBUG_INFO_KEYS = sorted([
     "max_contexts", "refused_contexts", "live_handles", "uncounted_handles", "go_heap_bytes",
     "torch_cleanup_handed", "torch_cleanup_delivered", "torch_cleanup_failed", "torch_cleanup_outstanding",
     "torch_contexts_made", "torch_contexts_alive", "torch_native_contexts",
-    "torch_origin_probes", "torch_origins_gone", "torch_orphans_released"] + ["go_runtime_" + name.replace("-", "_") for name in go_runtime_changes()])
+    "torch_cleanup_gone", "torch_origin_probes", "torch_orphans_released", "torch_workers_gone"] + ["go_runtime_" + name.replace("-", "_") for name in go_runtime_changes()])
 
 
 def documented_keys() -> list:

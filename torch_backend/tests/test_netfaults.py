@@ -214,7 +214,7 @@ def run_job(out: str, backend: bool) -> list:
                 rec["slow_pass"] = victim.ask("slow_result")
             # The survivors are quiet now: what do they hold, and for how long?
             if backend:
-                rec["survivors"] = [settle(s, fault != "kill") for s in survivors]
+                rec["survivors"] = [settle(s) for s in survivors]
                 if fault == "kill":
                     rec["gone_after_kill_s"] = [round(s["settled_at"] - killed, 1) for s in rec["survivors"]]
             else:
@@ -254,11 +254,11 @@ def train_until_ok(h: Host, peers: list, tries: int = 10) -> dict:
     return {"ok": False, "rounds": tries, "errors": errors[:3]}
 
 
-def settle(h: Host, all_alive: bool) -> dict:
+def settle(h: Host) -> dict:
     """A survivor's figures under the backend once quiet: polled until no
-    context is left and no cleanup message is pending in the library (nor,
-    with every host alive, in torch's agent), and the figures read the same
-    twice in a row (a bound, not a sleep)."""
+    context is left and no cleanup message is pending in the library nor
+    outstanding in torch's agent, and the figures read the same twice in a
+    row (a bound, not a sleep)."""
     start = time.monotonic()
     last, settled_at = None, None
     while True:
@@ -266,9 +266,8 @@ def settle(h: Host, all_alive: bool) -> dict:
         t = d.pop("t")
         if d["num_autograd_contexts"] == 0 and settled_at is None:
             settled_at = t
-        in_flight = d["torch_cleanup_handed"] - d["torch_cleanup_delivered"] - d["torch_cleanup_failed"]
-        if d == last and d["num_autograd_contexts"] == 0 and d["cleanup_pending"] == 0 and not (
-                all_alive and in_flight):
+        if d == last and d["num_autograd_contexts"] == 0 and d["cleanup_pending"] == 0 and \
+                d["torch_cleanup_outstanding"] == 0:
             break
         if time.monotonic() - start > SETTLE_TIMEOUT_S:
             raise AssertionError("%s still holds %d contexts after %d s: %s" % (
@@ -327,11 +326,14 @@ class TestNetworkFaults(BackendTest):
                     self.assertEqual(s["contexts"], 0, s)
                     self.assertEqual(s["cleanup_pending"], 0, s)
                     self.assertEqual(s["cleanup_sent"], s["torch_cleanup_handed"], s)
-                    in_flight = s["torch_cleanup_handed"] - s["torch_cleanup_delivered"] - s["torch_cleanup_failed"]
-                    self.assertGreaterEqual(in_flight, 0, s)
+                    # Every message handed over arrived, failed, or was
+                    # dropped for a worker found gone (none but after the
+                    # kill): none is left to torch's retries.
+                    self.assertEqual(s["torch_cleanup_handed"], s["torch_cleanup_delivered"] + s["torch_cleanup_failed"]
+                                     + s["torch_cleanup_gone"], s)
+                    self.assertEqual(s["torch_cleanup_outstanding"], 0, s)
                     if fault != "kill":
-                        # Nobody is dead: every message handed over arrived or failed.
-                        self.assertEqual(in_flight, 0, s)
+                        self.assertEqual(s["torch_cleanup_gone"], 0, s)
                     self.assertEqual(s["torch_native_contexts"], 0, s)
                 self.assertTrue(all(rec["alive"]), rec)
                 for got in rec["after"]:
@@ -369,10 +371,9 @@ class TestNetworkFaults(BackendTest):
             nat = runs[False][i]
             for k, s in enumerate(rec["survivors"]):
                 n = nat["survivors"][k]
-                accounting = "handed %d = delivered %d + failed %d + retrying %d; library: failed %d, dropped %d" % (
-                    s["torch_cleanup_handed"], s["torch_cleanup_delivered"], s["torch_cleanup_failed"],
-                    s["torch_cleanup_handed"] - s["torch_cleanup_delivered"] - s["torch_cleanup_failed"],
-                    s["cleanup_failed"], s["cleanup_dropped"])
+                accounting = "handed %d = delivered %d + failed %d + to a gone worker %d; library: failed %d, " \
+                    "dropped %d" % (s["torch_cleanup_handed"], s["torch_cleanup_delivered"], s["torch_cleanup_failed"],
+                                    s["torch_cleanup_gone"], s["cleanup_failed"], s["cleanup_dropped"])
                 lines.append("  %-9s w%d: backend %d contexts after %.1f s (%s) | native %d contexts after %.1f s" % (
                     rec["fault"], k, s["contexts"], s["after_s"], accounting, n["contexts"], n["after_s"]))
             if rec["fault"] != "kill":
