@@ -297,6 +297,43 @@ func TestOpsKnownWorkers(t *testing.T) {
 	`, run(t, buildC(t, "c/ops.c"), "context"))
 }
 
+// The view of what a worker holds: dac_context_list and dac_context_times.
+func TestOpsList(t *testing.T) {
+	t.Parallel()
+	assertTranscript(t, `
+		-- nothing stored: nothing listed
+		dac_context_list(listed, 4, &count) -> DAC_OK
+		count = 0
+		-- two stored, both listed (each a new reference), in no particular order
+		dac_context_list(listed, 4, &count) -> DAC_OK
+		count = 2
+		listed: own 1, theirs 1, the same handles as the lookups: yes
+		dac_context_unref_many(listed, count) -> DAC_OK
+		-- a short buffer: the first ones and the total; no room: the total only
+		dac_context_list(listed, 1, &count) -> DAC_OK
+		count = 2
+		listed[1] untouched: yes
+		dac_context_unref(listed[0]) -> DAC_OK
+		dac_context_list(NULL, 0, &count) -> DAC_OK
+		count = 2
+		-- 600 ms later, one used again: its idle time starts over, its age does not
+		dac_context_times(theirs, &age, &idle) -> DAC_OK
+		theirs: age >= 550 ms: yes, idle < age: yes
+		dac_context_times(own, &age, &idle) -> DAC_OK
+		own: age >= 550 ms: yes, idle >= 550 ms: yes, idle <= age: yes
+		dac_context_times(own, NULL, &idle_c) -> DAC_OK
+		own, the idle time alone (read in C): at least the one read before: yes
+		-- listing is not a use: the listed one is still idle for the reaper
+		dac_context_list(listed, 4, &count) -> DAC_OK
+		dac_context_unref_many(listed, count) -> DAC_OK
+		dac_reap_idle_contexts(300, &n) -> DAC_OK
+		n = 1
+		dac_context_is_valid(own_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131968 (distautograd: it was reaped by dac_reap_idle_contexts, unused for 300 ms or more)
+		-- a released context's handle still tells its times
+		dac_context_times(own, &age, NULL) -> DAC_OK
+	`, run(t, buildC(t, "c/ops.c"), "list"))
+}
+
 // Send and recv functions, keyed by message id: registration, duplicates,
 // lookups, listing.
 func TestOpsFunctions(t *testing.T) {
@@ -517,11 +554,12 @@ func TestOpsFanout(t *testing.T) {
 		dac_context_release_if_present(id, NULL) -> DAC_OK
 		dac_cleanup_flush(10000, &pending) -> DAC_OK
 		delivered 0:
-		-- the other releases tell them too; a context without known workers tells nobody
+		-- the other releases tell them too, but not a dead worker itself; a context without known workers tells nobody
 		dac_context_add_known_worker_id(ctx, 5) -> DAC_OK
+		dac_context_add_known_worker_id(ctx, 6) -> DAC_OK
 		dac_release_contexts_of_worker(5, NULL) -> DAC_OK
 		dac_cleanup_flush(10000, &pending) -> DAC_OK
-		delivered 1: release 1407374883553322 to worker 5;
+		delivered 1: release 1407374883553322 to worker 6;
 		dac_cleanup_stats(&st) -> DAC_OK
 		sent 3, retried 0, failed 0, dropped 0, skipped 1, pending 0
 		dac_cleanup_stats(NULL) -> DAC_ERR_INVALID_ARGUMENT: distautograd: dac_cleanup_stats: counters must not be NULL

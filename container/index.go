@@ -97,8 +97,8 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 		r.NWorkers.Store(0)
 	}
 	now := coarseNow()
-	storeI64(&r.LastUsed, now) // dead until the state's store below: no other writer
-	c.recs.bornSlot(idx).Store(now) // atomic: a listing may read it through a handle of the record's last life
+	storeI64(&r.LastUsed, now)                             // dead until the state's store below: no other writer
+	c.recs.bornSlot(idx).Store(now)                        // atomic: a listing may read it through a handle of the record's last life
 	if r.HostValue.Load() != 0 || r.HostDrop.Load() != 0 { // set through a dead handle after the death
 		r.HostValue.Store(0)
 		r.HostDrop.Store(0)

@@ -326,6 +326,27 @@ int main(void) {
 	    dac_context_known_worker_ids(live, ids, SIZE_MAX, &count));
 	if (count != 1 || ids[0] != 4)
 		printf("BUG: known worker ids: %zu, %d\n", count, ids[0]), bugs++;
+	dac_context *listed[2] = {NULL, NULL};
+	ROW(dac_context_list, "NULL count", DAC_ERR_INVALID_ARGUMENT, dac_context_list(listed, 2, NULL));
+	ROW(dac_context_list, "NULL out with a capacity", DAC_ERR_INVALID_ARGUMENT, dac_context_list(NULL, 1, &count));
+	ROW(dac_context_list, "not an error: NULL out, capacity 0 (how many, no handle)", DAC_OK,
+	    dac_context_list(NULL, 0, &count));
+	ROW(dac_context_list, "not an error: SIZE_MAX capacity, fewer contexts than the buffer holds", DAC_OK,
+	    dac_context_list(listed, SIZE_MAX, &count));
+	if (count < 1 || count > 2 || listed[0] == NULL)
+		printf("BUG: listed %zu contexts\n", count), bugs++;
+	else
+		MUST(dac_context_unref_many(listed, count));
+	ROW(dac_context_times, "NULL handle", DAC_ERR_BAD_HANDLE, dac_context_times(NULL, &v, &v));
+	ROW(dac_context_times, "a dead handle", DAC_ERR_BAD_HANDLE, dac_context_times(dead, &v, &v));
+	ROW(dac_context_times, "a dead handle, the idle time alone (read in C)", DAC_ERR_BAD_HANDLE,
+	    dac_context_times(dead, NULL, &v));
+	ROW(dac_context_times, "a never-issued handle", DAC_ERR_BAD_HANDLE, dac_context_times(never, NULL, &v));
+	ROW(dac_context_times, "all bits set", DAC_ERR_BAD_HANDLE, dac_context_times(all_ones, NULL, &v));
+	ROW(dac_context_times, "a stack address", DAC_ERR_BAD_HANDLE, dac_context_times(stack_addr, &v, NULL));
+	ROW(dac_context_times, "not an error: both outs NULL (the handle checked)", DAC_OK,
+	    dac_context_times(live, NULL, NULL));
+	ROW(dac_context_times, "not an error: a released context's handle", DAC_OK, dac_context_times(released, &v, &v));
 	ROW(dac_context_add_send_function, "NULL handle", DAC_ERR_BAD_HANDLE, dac_context_add_send_function(NULL, 2, 1));
 	ROW(dac_context_add_send_function, "a dead handle", DAC_ERR_BAD_HANDLE, dac_context_add_send_function(dead, 2, 1));
 	ROW(dac_context_add_send_function, "a message id taken", DAC_ERR_INVALID_ARGUMENT,

@@ -112,6 +112,8 @@ static void use_everything(dac_context *parents) {
 	CHILD(dac_context_id(parents, &v));
 	CHILD(dac_context_add_known_worker_id(parents, 4));
 	CHILD(dac_context_known_worker_ids(parents, ids, 4, &count));
+	CHILD(dac_context_list(NULL, 0, &count));
+	CHILD(dac_context_times(parents, NULL, &v)); /* the idle time alone: read in C, but not in a child */
 	CHILD(dac_context_add_send_function(parents, 1, 2));
 	CHILD(dac_context_add_recv_function(parents, 1, 2));
 	CHILD(dac_context_send_function(parents, 1, &fn));

@@ -219,6 +219,61 @@ static void scenario_reap(void) {
 	MUST(dac_context_unref(used));
 }
 
+/* The view of what a worker holds: every stored context listed, each a
+** reference; their ages and idle times; a listing touches none. */
+static void scenario_list(void) {
+	dac_context *own = NULL, *theirs = NULL, *listed[4] = {NULL, NULL, NULL, NULL};
+	int64_t own_id = 0, id = 0, age = -1, idle = -1;
+	size_t count = 99;
+	printf("-- nothing stored: nothing listed\n");
+	SHOW(dac_context_list(listed, 4, &count));
+	PRINT_I64(count);
+	MUST(dac_context_new_id(&own, &own_id));
+	MUST(dac_context_get_or_create(remote, &theirs));
+	MUST(dac_context_add_known_worker_id(theirs, 7));
+	printf("-- two stored, both listed (each a new reference), in no particular order\n");
+	SHOW(dac_context_list(listed, 4, &count));
+	PRINT_I64(count);
+	int seen_own = 0, seen_theirs = 0;
+	for (size_t i = 0; i < count; i++) {
+		MUST(dac_context_id(listed[i], &id));
+		seen_own += id == own_id;
+		seen_theirs += id == remote;
+	}
+	printf("listed: own %d, theirs %d, the same handles as the lookups: %s\n", seen_own, seen_theirs,
+	       (listed[0] == own || listed[0] == theirs) && (listed[1] == own || listed[1] == theirs) ? "yes" : "no");
+	SHOW(dac_context_unref_many(listed, count));
+	printf("-- a short buffer: the first ones and the total; no room: the total only\n");
+	SHOW(dac_context_list(listed, 1, &count));
+	PRINT_I64(count);
+	printf("listed[1] untouched: %s\n", listed[1] == NULL || listed[1] == own || listed[1] == theirs ? "yes" : "no");
+	SHOW(dac_context_unref(listed[0]));
+	SHOW(dac_context_list(NULL, 0, &count));
+	PRINT_I64(count);
+	printf("-- 600 ms later, one used again: its idle time starts over, its age does not\n");
+	sleep_ms(600);
+	MUST(dac_context_add_known_worker_id(theirs, 8)); /* a change is a use */
+	SHOW(dac_context_times(theirs, &age, &idle));
+	printf("theirs: age >= 550 ms: %s, idle < age: %s\n", age >= 550 ? "yes" : "no", idle < age ? "yes" : "no");
+	SHOW(dac_context_times(own, &age, &idle));
+	printf("own: age >= 550 ms: %s, idle >= 550 ms: %s, idle <= age: %s\n", age >= 550 ? "yes" : "no",
+	       idle >= 550 ? "yes" : "no", idle <= age ? "yes" : "no");
+	int64_t idle_c = -1;
+	SHOW(dac_context_times(own, NULL, &idle_c));
+	printf("own, the idle time alone (read in C): at least the one read before: %s\n", idle_c >= idle ? "yes" : "no");
+	printf("-- listing is not a use: the listed one is still idle for the reaper\n");
+	SHOW(dac_context_list(listed, 4, &count));
+	SHOW(dac_context_unref_many(listed, count));
+	int64_t n = -1;
+	SHOW(dac_reap_idle_contexts(300, &n));
+	PRINT_I64(n);
+	SHOW(dac_context_is_valid(own_id));
+	printf("-- a released context's handle still tells its times\n");
+	SHOW(dac_context_times(own, &age, NULL));
+	MUST(dac_context_unref(own));
+	MUST(dac_context_unref(theirs));
+}
+
 /* A second thread on the pass the main thread started (as torch's RPC
 ** threads set a pass's id current): it ends the pass, as a `with` block's
 ** exit does. */
@@ -611,9 +666,11 @@ static void scenario_fanout(void) {
 	SHOW(dac_context_release_if_present(id, NULL));
 	print_sent();
 	MUST(dac_context_unref(ctx));
-	printf("-- the other releases tell them too; a context without known workers tells nobody\n");
+	printf("-- the other releases tell them too, but not a dead worker itself; a context without known workers "
+	       "tells nobody\n");
 	MUST(dac_context_get_or_create(remote, &ctx));
 	SHOW(dac_context_add_known_worker_id(ctx, 5));
+	SHOW(dac_context_add_known_worker_id(ctx, 6));
 	MUST(dac_context_unref(ctx));
 	MUST(dac_context_get_or_create(remote + 1, &ctx));
 	MUST(dac_context_unref(ctx));
@@ -663,7 +720,7 @@ int main(int argc, char **argv) {
 	    {"container", scenario_container}, {"current", scenario_current}, {"workers", scenario_workers},
 	    {"reap", scenario_reap},           {"limit", scenario_limit},     {"context", scenario_context},
 	    {"functions", scenario_functions}, {"handles", scenario_handles}, {"debug", scenario_debug},
-	    {"fanout", scenario_fanout},       {"reaped", scenario_reaped},
+	    {"fanout", scenario_fanout},       {"reaped", scenario_reaped},   {"list", scenario_list},
 	};
 	REQUIRE(argc == 2);
 	if (strcmp(argv[1], "library") == 0) {

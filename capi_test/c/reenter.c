@@ -202,6 +202,8 @@ static void run_table(int in_sender) {
 	ROW(dac_context_add_known_worker_id, dac_context_add_known_worker_id(h, 9), RC == DAC_OK);
 	ROW(dac_context_known_worker_ids, dac_context_known_worker_ids(h, ids, 4, &count),
 	    RC == DAC_OK && count == 1 && ids[0] == 9);
+	ROW(dac_context_list, dac_context_list(NULL, 0, &count), RC == DAC_OK);
+	ROW(dac_context_times, dac_context_times(h, &v, &v), RC == DAC_OK && v >= 0);
 	ROW(dac_context_add_send_function, dac_context_add_send_function(h, 1, 11), RC == DAC_OK);
 	ROW(dac_context_add_recv_function, dac_context_add_recv_function(h, 1, 12), RC == DAC_OK);
 	ROW(dac_context_send_function, dac_context_send_function(h, 1, &fn), RC == DAC_OK && fn == 11);

@@ -152,6 +152,7 @@ def rows() -> List[Row]:
         ("_release_context_if_present", "2**63 - 1: False", lambda: D._release_context_if_present(2**63 - 1), OK),
         ("_get_max_id", "an argument", lambda: D._get_max_id(1), TypeError),
         ("_get_debug_info", "an argument", lambda: D._get_debug_info(1), TypeError),
+        ("contexts", "an argument", lambda: D.contexts(1), TypeError),
         ("context", "an argument", lambda: D.context(1), TypeError),
         ("context.__exit__", "without __enter__ (as torch's: no context to release)",
          lambda: D.context().__exit__(None, None, None), AttributeError),
