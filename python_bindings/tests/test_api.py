@@ -218,6 +218,37 @@ class Extensions(Base):
                     c._add_known_worker_id(bad)  # type: ignore[arg-type]
             self.assertEqual(len(c._known_worker_ids()), len(set(workers) | {1}))
 
+    def test_contexts(self) -> None:
+        import time
+
+        other = (7 << 48) + 5  # a pass of worker 7
+        with D.context() as cid:
+            D._current_context()._add_known_worker_id(40000)
+            D._current_context()._add_known_worker_id(2)
+            theirs = D._get_or_create_context(other)
+            time.sleep(0.3)
+            theirs._add_known_worker_id(3)  # a use: its idle time starts over
+            listed = {c["id"]: c for c in D.contexts()}
+            self.assertEqual(set(listed), {cid, other})
+            mine, t = listed[cid], listed[other]
+            self.assertEqual(sorted(mine), ["age_s", "id", "idle_s", "known_workers", "origin_worker"])
+            self.assertEqual(mine["origin_worker"], 3)
+            self.assertEqual(t["origin_worker"], 7)
+            self.assertEqual(mine["known_workers"], [2, 40000])  # sorted
+            self.assertEqual(t["known_workers"], [3])
+            self.assertGreaterEqual(mine["age_s"], 0.25)
+            self.assertGreaterEqual(mine["idle_s"], 0.25)
+            self.assertLess(t["idle_s"], t["age_s"])
+            # Plain data: it pickles, as an RPC's result must.
+            self.assertEqual(pickle.loads(pickle.dumps(D.contexts())), D.contexts())
+            # Looking is no use: the idle time goes on.
+            time.sleep(0.05)
+            self.assertGreater({c["id"]: c for c in D.contexts()}[cid]["idle_s"], mine["idle_s"])
+            self.assertTrue(D._release_context_if_present(other))
+        self.assertEqual([c for c in D.contexts() if c["id"] in (cid, other)], [])
+        del theirs
+        self.assertEqual(live_handles(), 0)  # the listings dropped every handle they took
+
     def test_functions(self) -> None:
         # No Python API adds functions (the host's autograd does, through C):
         # use the C ABI directly.
@@ -319,7 +350,7 @@ class Surface(unittest.TestCase):
 
     TORCH_NAMES = ["_init", "_new_context", "_release_context", "_retrieve_context", "_current_context",
                    "_is_valid_context", "_get_max_id", "_get_debug_info", "context", "DistAutogradContext"]
-    EXTENSIONS = ["_release_context_if_present", "_get_or_create_context", "_retrieve_context_if_present"]
+    EXTENSIONS = ["_release_context_if_present", "_get_or_create_context", "_retrieve_context_if_present", "contexts"]
 
     def test_names(self) -> None:
         for name in self.TORCH_NAMES + self.EXTENSIONS + ["DistAutogradError", "Status"]:
