@@ -322,6 +322,64 @@ class TestFork(BackendTest):
         self.assertEqual(got["batches"], [[0.0, 1.0, 4.0, 9.0], [16.0, 25.0, 36.0, 49.0]])
 
 
+class TestSettings(BackendTest):
+    """The backend's settings: the launcher refuses a bad value before the
+    job starts (one line, exit status 2, nothing run), and the backend
+    itself, started without the launcher, takes exactly the values the
+    launcher takes (distautograd._launch.SETTINGS: one table, tied here to
+    impl.cpp's read_settings), writing one line for each it refuses."""
+
+    VALUES = {
+        "DISTAUTOGRAD_REAP_IDLE_MS": [("250", True), ("1", True), ("9223372036854", True), ("0", False),
+                                      ("-5", False), ("abc", False), ("5ms", False), (" 5", False),
+                                      ("9223372036855", False)],
+        "DISTAUTOGRAD_MAX_CONTEXTS": [("10", True), ("0", True), ("+3", True), ("9223372036854775807", True),
+                                      ("-1", False), ("x", False), ("1e3", False), ("9223372036854775808", False)],
+        "DISTAUTOGRAD_DEAD_WORKERS": [("0", True), ("1", True), ("yes", False), ("2", False), ("on", False)],
+        "DISTAUTOGRAD_CONTEXTS_SIGNAL": [("USR1", True), ("SIGUSR2", True), ("off", True), ("0", True),
+                                         ("10", True), ("34", True), ("KILL", False), ("9", False),
+                                         ("SIGSTOP", False), ("65", False), ("SIGFOO", False)],
+    }
+
+    def test_every_setting_has_values(self) -> None:
+        self.assertEqual(sorted(self.VALUES), sorted(SETTINGS))
+
+    def test_launcher_refuses_before_the_job_starts(self) -> None:
+        marker = os.path.join(self.tmp, "ran")
+        for name, values in self.VALUES.items():
+            for value, ok in values:
+                with self.subTest(name=name, value=value):
+                    r = subprocess.run([PYTHON, "-m", "distautograd.torch", PYTHON, "-c",
+                                        "open(%r, 'w').close()" % marker], env=env(False, **{name: value}),
+                                       capture_output=True, text=True, timeout=TIMEOUT)
+                    if ok:
+                        self.assertEqual(r.returncode, 0, r.stderr)
+                        self.assertTrue(os.path.exists(marker))
+                        os.unlink(marker)
+                    else:
+                        self.assertEqual(r.returncode, 2, r.stderr)
+                        self.assertEqual(r.stderr.strip().splitlines(),
+                                         ["distautograd-torch: %s=%s is not %s" % (name, value, SETTINGS[name][0])])
+                        self.assertFalse(os.path.exists(marker), "the command ran")
+
+    def test_backend_takes_the_same_values(self) -> None:
+        # One process a round, each round the next value of every setting.
+        rounds = max(len(v) for v in self.VALUES.values())
+        for k in range(rounds):
+            case = {name: values[k] for name, values in self.VALUES.items() if k < len(values)}
+            with self.subTest(case=case):
+                got, err = probe("settings", True, **{name: value for name, (value, _) in case.items()})
+                self.assertTrue(got["active"], err)
+                refused = sorted(ln.split("=")[0][len("distautograd-torch: "):] for ln in err.splitlines()
+                                 if ln.startswith("distautograd-torch: DISTAUTOGRAD_"))
+                self.assertEqual(refused, sorted(name for name, (_, ok) in case.items() if not ok), err)
+                cap, ok = case.get("DISTAUTOGRAD_MAX_CONTEXTS", (None, False))
+                self.assertEqual(got["max_contexts"], int(cap) if ok else 0, case)
+                sig, ok = case.get("DISTAUTOGRAD_CONTEXTS_SIGNAL", (None, False))
+                self.assertEqual(got["usr1"], ok and sig in ("USR1", "10"), case)
+                self.assertEqual(got["usr2"], not ok or sig in ("SIGUSR2", "12"), case)
+
+
 class TestLauncher(BackendTest):
     """distautograd-torch / python -m distautograd.torch: runs the command
     under the backend, torchrun and the workers it starts included; bad use
