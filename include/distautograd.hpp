@@ -39,7 +39,7 @@
 // What it adds: retrieveContextIfPresent (nullptr if absent), ContextGuard
 // (a context for the length of a scope), retrieveRecvFunction, the
 // library's own container operations (setMaxContexts, releaseContextsOfWorker,
-// reapIdleContexts, debugInfo), and the hooks of the release fan-out through
+// reapIdleContexts, contexts, debugInfo), and the hooks of the release fan-out through
 // which the host's RPC layer delivers cleanup messages (setCleanupSender,
 // setLogHook, setCleanupOptions, cleanupStats, cleanupFlush).
 //
@@ -48,6 +48,7 @@
 #ifndef DISTAUTOGRAD_HPP
 #define DISTAUTOGRAD_HPP
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -371,6 +372,15 @@ struct CleanupStats {
   int64_t pending = 0;  // queued, being sent or awaiting a retry, now
 };
 
+// ContextInfo is one context as DistAutogradContainer::contexts() lists it.
+struct ContextInfo {
+  int64_t id = 0;
+  worker_id_t originWorker = 0;            // whose pass it is: the id's top 16 bits
+  std::vector<worker_id_t> knownWorkers;   // the workers its release tells, sorted
+  int64_t ageMs = 0;                       // since it was stored here
+  int64_t idleMs = 0;                      // since it was last created, retrieved or changed
+};
+
 namespace detail {
 
 // Where the C trampolines below find the current C++ hook. The library may
@@ -595,6 +605,46 @@ class DistAutogradContainer {
     int64_t n = 0;
     detail::check(dac_reap_idle_contexts(max_idle_ms, &n));
     return n;
+  }
+
+  // Returns every context stored now, sorted by id (dac_context_list): the
+  // view of what this worker holds. Listing is not a use.
+  std::vector<ContextInfo> contexts() const {
+    struct Listed {  // the references dac_context_list took, dropped however this ends
+      std::vector<dac_context*> h;
+      size_t n = 0;
+      ~Listed() { dac_context_unref_many(h.data(), n); }
+    } listed;
+    size_t count = 0;
+    detail::check(dac_context_list(nullptr, 0, &count));
+    for (;;) {
+      listed.h.resize(count + count / 2 + 1);
+      detail::check(dac_context_list(listed.h.data(), listed.h.size(), &count));
+      listed.n = std::min(count, listed.h.size());
+      if (count <= listed.h.size())
+        break;
+      dac_context_unref_many(listed.h.data(), listed.n);
+      listed.n = 0;
+    }
+    std::vector<ContextInfo> out(listed.n);
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < listed.n; ++i) {
+      ContextInfo& info = out[i];
+      detail::check(dac_context_id(listed.h[i], &info.id));
+      info.originWorker = static_cast<worker_id_t>(static_cast<uint64_t>(info.id) >> 48);
+      detail::check(dac_context_times(listed.h[i], &info.ageMs, &info.idleMs));
+      size_t k = ids.size();
+      do {  // the known workers may grow meanwhile: again with room for them
+        ids.resize(std::max(k, ids.size()));
+        detail::check(dac_context_known_worker_ids(listed.h[i], ids.data(), ids.size(), &k));
+      } while (k > ids.size());
+      for (size_t j = 0; j < k; ++j)
+        info.knownWorkers.push_back(detail::fromC(ids[j]));
+      std::sort(info.knownWorkers.begin(), info.knownWorkers.end(),
+                [](worker_id_t a, worker_id_t b) { return detail::toC(a) < detail::toC(b); });
+    }
+    std::sort(out.begin(), out.end(), [](const ContextInfo& a, const ContextInfo& b) { return a.id < b.id; });
+    return out;
   }
 
   // Returns the debug information as a JSON object of integer values

@@ -33,11 +33,13 @@
 #include "distautograd.hpp"
 #include "check.hpp"
 
+using distautograd::ContextInfo;
 using distautograd::ContextGuard;
 using distautograd::ContextPtr;
 using distautograd::DistAutogradContainer;
 using distautograd::DistAutogradContext;
 using distautograd::Error;
+using distautograd::worker_id_t;
 
 namespace {
 
@@ -584,6 +586,33 @@ void testExtensions(DistAutogradContainer& c) {
   c.getOrCreateContext((int64_t{9} << 48) + 1);
   CHECK_EQ(c.reapIdleContexts(3600 * 1000), int64_t{0});  // nothing idle for an hour
   CHECK_EQ(c.releaseContextsOfWorker(9), int64_t{1});
+
+  // contexts(): what the container holds, sorted by id, known workers sorted.
+  const size_t before = c.contexts().size();
+  CHECK_EQ(before, c.numAutogradContexts());
+  ContextPtr b = c.getOrCreateContext((int64_t{9} << 48) + 7);
+  ContextPtr a = c.getOrCreateContext((int64_t{9} << 48) + 3);
+  b->addKnownWorkerId(static_cast<worker_id_t>(40000));
+  b->addKnownWorkerId(2);
+  for (int w = 100; w < 140; ++w)  // more than one buffer's worth
+    a->addKnownWorkerId(static_cast<worker_id_t>(w));
+  std::vector<ContextInfo> listed = c.contexts();
+  CHECK_EQ(listed.size(), before + 2);
+  std::vector<ContextInfo> ours;
+  for (const ContextInfo& info : listed)
+    if (info.originWorker == 9)
+      ours.push_back(info);
+  CHECK_EQ(ours.size(), size_t{2});
+  CHECK_EQ(ours[0].id, (int64_t{9} << 48) + 3);
+  CHECK_EQ(ours[1].id, (int64_t{9} << 48) + 7);
+  CHECK_EQ(ours[0].knownWorkers.size(), size_t{40});
+  CHECK_EQ(ours[0].knownWorkers.front(), worker_id_t{100});
+  CHECK_EQ(ours[1].knownWorkers.size(), size_t{2});
+  CHECK_EQ(ours[1].knownWorkers[0], worker_id_t{2});
+  CHECK_EQ(ours[1].knownWorkers[1], static_cast<worker_id_t>(40000));  // sorted as worker ids, not as int16_t
+  CHECK(ours[1].ageMs >= ours[1].idleMs && ours[1].idleMs >= 0);
+  CHECK_EQ(c.releaseContextsOfWorker(9), int64_t{2});
+  CHECK_EQ(c.contexts().size(), before);
 }
 
 // Every ContextPtr's block comes from its thread's free list and goes back
