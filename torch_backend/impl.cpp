@@ -178,6 +178,9 @@ thread_local int64_t told_reaped = DAC_INVALID_ID;
     TORCH_CHECK(false, msg, "; the torch backend's reaper releases every context idle that long "
                 "(DISTAUTOGRAD_REAP_IDLE_MS=", ms, "): set it above the longest pause of a pass, or unset it");
   }
+  if (strstr(msg, "released by dac_release_contexts_of_worker") != nullptr)
+    TORCH_CHECK(false, msg, "; the torch backend found that worker gone, and released what its passes left here "
+                "(DISTAUTOGRAD_DEAD_WORKERS)");
   TORCH_CHECK(false, msg);
   std::abort();
 }
