@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -785,7 +786,10 @@ void start_checker(int64_t worker) {
       sa.sa_handler = on_contexts_signal;
       sa.sa_flags = SA_RESTART | SA_ONSTACK;
       sigemptyset(&sa.sa_mask);
-      sigaction(settings.contexts_signal, &sa, nullptr);
+      if (sigaction(settings.contexts_signal, &sa, nullptr) == 0)
+        // A forked child has no checker to print (and cannot use the
+        // library): the signal does there what it did before.
+        pthread_atfork(nullptr, nullptr, [] { signal(settings.contexts_signal, SIG_DFL); });
     }
   }
   const int self = static_cast<int>(worker);
