@@ -366,7 +366,7 @@ $(call TORCH_IMPL,2.6): $(IMPL_SOURCES) $(if $(TORCH_ROOT),$(TORCH_ROOT)/.distau
 endif
 torch-root: ## make (or reuse) the Debian 13 root with torch 2.6 (scripts/torch-root; needs root and debootstrap; about 2 GB)
 	scripts/torch-root make $(TORCH_ROOT_RELEASE)
-test-torch: all ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, reaper, fork, launcher, faults across network namespaces (needs root)
+test-torch: all $(BUILD)/testing/libdistautograd.so ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, reaper, fork, launcher, id exhaustion and the cap (the testing build), faults across network namespaces (needs root)
 	@mkdir -p $(RESULTS)
 	$(PYTHON) scripts/unittest_progress.py --each-test --json $(RESULTS)/torch.json -s torch_backend/tests -t .
 # Each served torch: 1.13 here, 2.6 in the Debian 13 root (made when

@@ -16,7 +16,9 @@ func testingEnv(t *testing.T) []string {
 }
 
 // Id counters that reach max_id fail with DAC_ERR_EXHAUSTED, on every thread,
-// and change nothing (the native component aborts on an assertion). The
+// and change nothing (the native component fails an internal assertion, a
+// context creation after making max_id the thread's current id:
+// torch_backend/tests/test_limits.py). The
 // counters start two ids before max_id, through the testing build's
 // dactest_set_counter_offsets; the program runs against that build by
 // LD_LIBRARY_PATH, which its RUNPATH lets win.

@@ -1,5 +1,6 @@
 /* exhaust: id counters that reach max_id fail cleanly (the native component
-** aborts on an assertion). Needs the testing build of the library
+** fails an internal assertion, a context creation after making max_id the
+** thread's current id: torch_backend/tests/test_limits.py). Needs the testing build of the library
 ** (build/testing, make testing-lib), whose dactest_set_counter_offsets
 ** starts the counters near the end. Usage:
 **   exhaust WORKER     both counters two ids before max_id

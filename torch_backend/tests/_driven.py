@@ -1,6 +1,6 @@
 """A worker program driven line by line on stdin, each command's answer
-one JSON line on its stdout (net_job.py, origin_job.py): started, asked,
-and ended whatever state it is in (stopped, killed, hung)."""
+one JSON line on its stdout (net_job.py, origin_job.py, limits_job.py):
+started, asked, and ended whatever state it is in (stopped, killed, hung)."""
 from __future__ import annotations
 
 import json
