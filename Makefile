@@ -70,7 +70,7 @@ LDFLAGS := -X 'main.goRuntimeBuiltWith=$$(cat $(BUILD)/go-runtime/BUILT_WITH)' $
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib nooverlay-lib test-go-runtime generate
+.PHONY: all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib nooverlay-lib without-lib test-go-runtime generate
 
 all: $(LIB) torch-backend ## build build/libdistautograd.so (and the torch backend where libtorch-dev is) and copy the headers beside it
 
@@ -111,6 +111,25 @@ $(BUILD)/nooverlay/libdistautograd.so: $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)/nooverlay
 	$(GO) build -buildmode=c-shared -trimpath -ldflags "-X 'main.goRuntimeBuiltWith=$$(sed 's/=1/=0/g' $(BUILD)/go-runtime/BUILT_WITH)' $(LINKFLAGS)" -o $(BUILD)/nooverlay/$(SONAME) .
 	rm -f $(BUILD)/nooverlay/*.h
+	ln -sf $(SONAME) $@
+
+# The library built with the overlay less some of its changes, for
+# measuring what each change does: make without-lib WITHOUT='NAME ...'
+# (the names are build/go-runtime/STATUS's) builds
+# build/without/NAME+.../libdistautograd.so from the overlay that
+# `scripts/go-runtime-overlay GO DIR --without=NAME...` writes there; its
+# dac_debug_info says which changes it took. Tests and benchmarks load it
+# as they load build/nooverlay (LD_LIBRARY_PATH); TestResponsiveness takes
+# it in place of the library as built with DAC_RESPONSIVENESS_LIBRARY.
+WITHOUT ?=
+without-lib: $(if $(strip $(WITHOUT)),$(BUILD)/without/$(subst $(eval) ,+,$(strip $(WITHOUT)))/libdistautograd.so) ## build/without/NAME+.../libdistautograd.so: the overlay less WITHOUT='NAME ...'
+	@test -n "$(strip $(WITHOUT))" || { echo "make without-lib WITHOUT='NAME ...': the changes to leave out (build/go-runtime/STATUS names them)"; exit 2; }
+
+$(BUILD)/without/%/libdistautograd.so: $(LIBRARY_SOURCES) $(OVERLAY)
+	@mkdir -p $(BUILD)/without/$*
+	scripts/go-runtime-overlay $(GO) $(BUILD)/without/$*/go-runtime $(addprefix --without=,$(subst +, ,$*))
+	$(GO) build -buildmode=c-shared -trimpath -overlay $(BUILD)/without/$*/go-runtime/overlay.json -ldflags "-X 'main.goRuntimeBuiltWith=$$(cat $(BUILD)/without/$*/go-runtime/BUILT_WITH)' $(LINKFLAGS)" -o $(BUILD)/without/$*/$(SONAME) .
+	rm -f $(BUILD)/without/$*/*.h
 	ln -sf $(SONAME) $@
 
 # The testing build adds dactest_* functions (counters started near
