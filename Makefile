@@ -310,8 +310,14 @@ bench: all $(BUILD)/nooverlay/libdistautograd.so ## distautograd against the nat
 # cmd/cgo/internal's test, testcshared and testcarchive), with the overlay
 # of the runtime and without: fails if one fails only with it
 # (scripts/test-go-runtime; docs/go-runtime.md says how long it takes).
-test-go-runtime: $(OVERLAY) ## Go's runtime and cgo tests with the runtime overlay vs without: none may fail only with it
-	scripts/test-go-runtime $(GO) $(dir $(OVERLAY)) $(BUILD)/test-go-runtime
+# Then the responsiveness battery in full (TestResponsiveness with
+# DAC_RESPONSIVENESS=full: every pattern; make test runs a few): both run
+# whatever the other's result.
+test-go-runtime: $(OVERLAY) $(LIB) $(BUILD)/nooverlay/libdistautograd.so ## Go's runtime and cgo tests with the runtime overlay vs without: none may fail only with it; the responsiveness battery in full
+	@status=0; scripts/test-go-runtime $(GO) $(dir $(OVERLAY)) $(BUILD)/test-go-runtime || status=1; \
+	echo "DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 60m -v -run '^TestResponsiveness$$' ./capi_test/"; \
+	DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 60m -v -run '^TestResponsiveness$$' ./capi_test/ || status=1; \
+	exit $$status
 
 generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h; from container/'s types: capi_layout.h
 	$(GO) run ./cmd/dacgen

@@ -2,6 +2,7 @@ package capi_test
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -39,7 +40,8 @@ type responsivenessPattern struct {
 }
 
 func (p responsivenessPattern) String() string {
-	return fmt.Sprintf("%d busy processes, GOMAXPROCS=%d, %s, %d threads", p.busy, p.procs, p.mode, p.threads)
+	how := map[string]string{"loop": "in a tight loop", "burst": "in bursts"}[p.mode]
+	return fmt.Sprintf("%d C threads calling %s, GOMAXPROCS=%d, beside %d busy processes", p.threads, how, p.procs, p.busy)
 }
 
 // responsivenessPatterns returns the battery's patterns: all of them
@@ -96,7 +98,10 @@ func responsivenessRun(t *testing.T, bin string, p responsivenessPattern, env []
 			samples[m[1]] = append(samples[m[1]], v)
 		}
 	}
-	for _, m := range gcLine.FindAllStringSubmatch(r.Stderr, -1) {
+	// The collections while the threads ran: between the program's lines.
+	_, during, _ := strings.Cut(r.Stderr, "responsiveness: the threads start\n")
+	during, _, _ = strings.Cut(during, "responsiveness: the threads stopped\n")
+	for _, m := range gcLine.FindAllStringSubmatch(during, -1) {
 		var ms float64
 		for _, f := range m[1:] {
 			v, _ := strconv.ParseFloat(f, 64)
@@ -108,7 +113,7 @@ func responsivenessRun(t *testing.T, bin string, p responsivenessPattern, env []
 }
 
 // How long each run lasts, and the GOGC it runs with: low enough that the
-// prober's few allocating calls start a collection every few rounds.
+// prober's few allocating calls start a collection every few of its rounds.
 const (
 	responsivenessSeconds = "1"
 	responsivenessGOGC    = "10"
@@ -212,39 +217,56 @@ func responsivenessLibrary(t *testing.T) []string {
 }
 
 // A C host with many busy threads is never slower or less responsive than
-// with Go's runtime as shipped: what it waits for from Go's timers, from
+// with Go's runtime as shipped, in what it waits for from Go's timers, from
 // goroutines starting and from Go's collector. c/responsiveness.c measures,
-// while the host's C threads call in a pattern, a cleanup message's retry
-// due 1 ms after its failed first attempt, a flush's 2 ms timeout beside a
-// blocked sender, a reaper's tick (a sleeping host thread's call into the
-// library), the time from a release to its message's delivery on the
-// library's goroutines, and each collection's wall-clock time. The
-// patterns: 1, 2, 8 and 64 threads, in a tight loop or in bursts with
-// pauses, GOMAXPROCS 1 and 2, with no busy process of the test's own and
-// beside two (DAC_RESPONSIVENESS=full, make test-go-runtime; make test
-// runs the short version).
+// while the host's C threads call in a pattern: a cleanup message's retry
+// due 1 ms after its failed first attempt and a flush's 2 ms timeout
+// beside a blocked sender (Go timers), a reaper's tick (a sleeping host
+// thread's call into the library), the time from a release to its
+// message's delivery on the library's goroutines, and each collection's
+// wall-clock time. The patterns: 1, 2, 8 and 64 threads, in a tight loop
+// or in bursts with pauses, GOMAXPROCS 1 and 2, with no busy process of
+// the test's own and beside two it starts (DAC_RESPONSIVENESS=full, make
+// test-go-runtime); make test runs the patterns of one looping thread and
+// of eight bursting ones.
 //
-// Each pattern runs the library as built and build/nooverlay (Go's runtime
-// as shipped) alternating, rounds of a run of each, and pools each build's
-// samples over the rounds: the machine's load moves between one run and
-// the next, a run's p99 of a hundred samples is its worst one, and the
-// alternation gives either build its share of every moment. The bound:
-// the library as built waits at the median and at p99 of each measure at
-// most 1.5 times what the build as shipped waits, plus 1 ms. A pattern
-// past it is tried again, up to three times, and fails only when every
-// try is past it: on a loaded machine the system's scheduler alone moves a
-// p99 by milliseconds from one try to the next, while a runtime that
-// starves a timer or a goroutine on an idle machine does so every time
-// (docs/go-runtime.md has the figures).
+// The bound: at the median and at p99 of each measure, the library as
+// built waits at most 1.5 times what the build as shipped (build/nooverlay)
+// waits, plus 1 ms. A try runs the two builds in turn, three runs of 1 s
+// each, alternating which goes first. A measure's median (or p99) is past
+// the bound in a try when that of every run as built is past it over the
+// largest of the runs as shipped: the machine's load moves between one
+// run and the next, and a build that only met its worse moments is not
+// taken for the slower one. The pattern fails when the same measure's
+// median or p99 is past the bound in each of three tries, with every try's
+// figures. Why so: on a loaded 2-core machine the system's scheduler moves
+// a run's p99 (its worst few samples) by a factor of ten from one run to
+// the next, whichever runtime; in the same program run against build/nooverlay
+// twice, a try found one build past the other's bound in about one pattern
+// in twenty, never the same measure twice running. A runtime that starves
+// a timer or starts goroutines late does so in every run: the overlay's
+// first nap of 2.56 ms after the monitor wakes (monitor-first-nap-long)
+// made a retry 1.6 ms late and a delivery's p99 5-10 ms, against 0.1 ms
+// and 0.4-2 ms as shipped, in every run of eight bursting threads at
+// GOMAXPROCS=1 (docs/go-runtime.md has the figures).
+//
+// A build that took no change of the runtime (GO_RUNTIME_OVERLAY=0) is the
+// build as shipped: nothing to compare, the test skips.
+// DAC_RESPONSIVENESS_LIBRARY=build/without/NAME/libdistautograd.so runs
+// the battery on the library built without change NAME (make without-lib)
+// instead.
 func TestResponsiveness(t *testing.T) {
-	bin := buildC(t, "c/responsiveness.c", "-O2")
 	patchedEnv := responsivenessLibrary(t)
+	if patchedEnv == nil && !slices.Contains(slices.Collect(maps.Values(goRuntimeStatus(t))), true) {
+		t.Skip("the library took no change of Go's runtime (build/go-runtime/STATUS): it is the build as shipped")
+	}
+	bin := buildC(t, "c/responsiveness.c", "-O2")
 	unpatchedEnv := unpatchedEnv(t)
 	for _, p := range responsivenessPatterns() {
 		t.Run(fmt.Sprintf("busy=%d/GOMAXPROCS=%d/%s/threads=%d", p.busy, p.procs, p.mode, p.threads), func(t *testing.T) {
 			startBusyProcesses(t, p.busy)
-			var tries []string
-			for try := 1; try <= 3; try++ {
+			var still []string // past the bound in every try so far
+			for try := 1; try <= responsivenessTries; try++ {
 				var patched, unpatched []map[string][]float64
 				for round := range responsivenessRounds {
 					// Which build goes first alternates, round to round.
@@ -257,18 +279,29 @@ func TestResponsiveness(t *testing.T) {
 					}
 				}
 				figures, over := responsivenessVerdict(patched, unpatched)
-				tries = append(tries, fmt.Sprintf("try %d:\n%s", try, figures))
-				t.Log(tries[len(tries)-1])
-				if len(over) == 0 {
+				if try == 1 {
+					still = over
+				} else {
+					still = slices.DeleteFunc(still, func(c string) bool { return !slices.Contains(over, c) })
+				}
+				if len(over) > 0 {
+					figures += "  past the bound: " + strings.Join(over, ", ") + "\n"
+				}
+				t.Logf("try %d (runs as built; as shipped):\n%s", try, figures)
+				if len(still) == 0 {
 					return
 				}
-				tries[len(tries)-1] += "  past the bound: " + strings.Join(over, ", ") + "\n"
 			}
-			t.Errorf("%s: the library as built waited past 1.5 times the build as shipped plus 1 ms, three tries running:\n%s",
-				p, strings.Join(tries, ""))
+			// Each try's figures are in the log above.
+			t.Errorf("%s: the library as built waited past %.1f times the build as shipped plus %s in every try: %s",
+				p, responsivenessRatio, usText(responsivenessSlackUs), strings.Join(still, ", "))
 		})
 	}
 }
 
-// responsivenessRounds is how many runs of each build a try pools.
-const responsivenessRounds = 3
+// A try runs each build responsivenessRounds times; a pattern has up to
+// responsivenessTries.
+const (
+	responsivenessRounds = 3
+	responsivenessTries  = 3
+)

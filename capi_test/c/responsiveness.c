@@ -33,8 +33,9 @@
 **
 ** and makes a few calls that allocate (dac_debug_info), so that Go's
 ** collector runs now and then while the threads call: the Go test runs the
-** program with GODEBUG=gctrace=1 and reads each cycle's wall-clock time
-** off stderr (the collector's progress).
+** program with GODEBUG=gctrace=1 and a low GOGC and reads off stderr the
+** wall-clock time of each cycle that ended between the lines
+** THREADS_START and THREADS_STOPPED (the collector's progress).
 **
 ** Output on stdout: a line per measure, "NAME COUNT: V V V ..." with up to
 ** RESERVOIR of its COUNT samples, picked at random, in microseconds; then
@@ -56,6 +57,8 @@
 #define BURST_PASSES 64
 #define MAX_PAUSE_US 20000
 #define ALLOC_CALLS 8
+#define THREADS_START "responsiveness: the threads start"
+#define THREADS_STOPPED "responsiveness: the threads stopped"
 
 /* ---- samples ---- */
 
@@ -300,6 +303,9 @@ int main(int argc, char **argv) {
 	wait_delivered("the first delivery");
 
 	deadline_ns = now_ns() + (int64_t)(seconds * 1e9);
+	/* The collections between these two lines are the pattern's (Go writes
+	** its trace to the same stderr, unbuffered, as this program does). */
+	fprintf(stderr, "%s\n", THREADS_START);
 	pthread_t t[MAX_THREADS];
 	for (int i = 0; i < threads; i++)
 		REQUIRE(pthread_create(&t[i], NULL, burst ? bursting : looping, (void *)(intptr_t)i) == 0);
@@ -314,6 +320,7 @@ int main(int argc, char **argv) {
 	}
 	for (int i = 0; i < threads; i++)
 		REQUIRE(pthread_join(t[i], NULL) == 0);
+	fprintf(stderr, "%s\n", THREADS_STOPPED);
 	int64_t pending = -1;
 	MUST(dac_cleanup_flush(60000, &pending));
 
