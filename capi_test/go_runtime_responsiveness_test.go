@@ -136,11 +136,15 @@ func quantile(samples []float64, q float64) float64 {
 func responsivenessVerdict(patched, unpatched []map[string][]float64) (figures string, over []string) {
 	var b strings.Builder
 	for _, name := range responsivenessMeasures {
-		compared := true
-		for _, run := range slices.Concat(patched, unpatched) {
-			compared = compared && len(run[name]) > 0
-		}
-		if !compared {
+		lacks := func(run map[string][]float64) bool { return len(run[name]) == 0 }
+		switch {
+		case !slices.ContainsFunc(patched, func(r map[string][]float64) bool { return !lacks(r) }) && !slices.ContainsFunc(unpatched, lacks):
+			// None in any run as built, some in every run as shipped: a
+			// collection that never ended while the threads called, say.
+			fmt.Fprintf(&b, "  %-8s none in any run as built; as shipped %s\n", name, sampleCounts(unpatched, name))
+			over = append(over, name+" (none as built)")
+			continue
+		case slices.ContainsFunc(slices.Concat(patched, unpatched), lacks):
 			fmt.Fprintf(&b, "  %-8s not compared: a run without samples (as built %s; as shipped %s)\n",
 				name, sampleCounts(patched, name), sampleCounts(unpatched, name))
 			continue
@@ -181,6 +185,7 @@ func sampleCounts(runs []map[string][]float64, measure string) string {
 	return strings.Join(n, ", ")
 }
 
+// usText writes us microseconds as microseconds or milliseconds.
 func usText(us float64) string {
 	if us >= 1000 {
 		return fmt.Sprintf("%.2f ms", us/1000)
@@ -305,3 +310,36 @@ const (
 	responsivenessRounds = 3
 	responsivenessTries  = 3
 )
+
+// The battery's rule on made-up runs: a median is past the bound only when
+// every run as built is past 1.5 times the slowest run as shipped plus 1
+// ms; a measure missing from some run is not compared, and one missing
+// from every run as built but in every run as shipped is past.
+func TestResponsivenessVerdict(t *testing.T) {
+	t.Parallel()
+	runs := func(us ...float64) []map[string][]float64 {
+		var r []map[string][]float64
+		for _, v := range us {
+			m := map[string][]float64{}
+			if v >= 0 {
+				m["retry"] = []float64{v, v, v}
+			}
+			r = append(r, m)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		patched, unpatched []float64
+		over               []string
+	}{
+		{[]float64{1700, 1800, 1650}, []float64{100, 400, 120}, []string{"retry median", "retry p99"}}, // 1.5*400+1000 = 1600
+		{[]float64{1700, 1500, 1650}, []float64{100, 400, 120}, nil},                                   // one run within it
+		{[]float64{900, 900, 900}, []float64{10, 10, 10}, nil},                                         // within the 1 ms
+		{[]float64{-1, -1, -1}, []float64{100, 100, 100}, []string{"retry (none as built)"}},
+		{[]float64{5000, -1, 5000}, []float64{100, 100, 100}, nil},
+		{[]float64{-1, -1, -1}, []float64{-1, 100, 100}, nil},
+	} {
+		_, over := responsivenessVerdict(runs(tc.patched...), runs(tc.unpatched...))
+		require.Equal(t, tc.over, over, "as built %v, as shipped %v", tc.patched, tc.unpatched)
+	}
+}
