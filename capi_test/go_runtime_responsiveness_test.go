@@ -217,7 +217,11 @@ func responsivenessLibrary(t *testing.T) []string {
 	if rel == "" {
 		return nil
 	}
-	lib := requireLibrary(t, rel, "without-lib")
+	target := ""
+	if names, ok := strings.CutPrefix(filepath.Dir(rel), "build/without/"); ok {
+		target = "without-lib WITHOUT='" + strings.ReplaceAll(names, "+", " ") + "'"
+	}
+	lib := requireLibrary(t, rel, target)
 	return []string{"LD_LIBRARY_PATH=" + filepath.Dir(lib)}
 }
 
