@@ -70,7 +70,7 @@ LDFLAGS := -X 'main.goRuntimeBuiltWith=$$(cat $(BUILD)/go-runtime/BUILT_WITH)' $
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib nooverlay-lib test-go-runtime generate
+.PHONY: all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib nooverlay-lib without-lib test-go-runtime generate
 
 all: $(LIB) torch-backend ## build build/libdistautograd.so (and the torch backend where libtorch-dev is) and copy the headers beside it
 
@@ -111,6 +111,25 @@ $(BUILD)/nooverlay/libdistautograd.so: $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)/nooverlay
 	$(GO) build -buildmode=c-shared -trimpath -ldflags "-X 'main.goRuntimeBuiltWith=$$(sed 's/=1/=0/g' $(BUILD)/go-runtime/BUILT_WITH)' $(LINKFLAGS)" -o $(BUILD)/nooverlay/$(SONAME) .
 	rm -f $(BUILD)/nooverlay/*.h
+	ln -sf $(SONAME) $@
+
+# The library built with the overlay less some of its changes, for
+# measuring what each change does: make without-lib WITHOUT='NAME ...'
+# (the names are build/go-runtime/STATUS's) builds
+# build/without/NAME+.../libdistautograd.so from the overlay that
+# `scripts/go-runtime-overlay GO DIR --without=NAME...` writes there; its
+# dac_debug_info says which changes it took. Tests and benchmarks load it
+# as they load build/nooverlay (LD_LIBRARY_PATH); TestResponsiveness takes
+# it in place of the library as built with DAC_RESPONSIVENESS_LIBRARY.
+WITHOUT ?=
+without-lib: $(if $(strip $(WITHOUT)),$(BUILD)/without/$(subst $(eval) ,+,$(strip $(WITHOUT)))/libdistautograd.so) ## build/without/NAME+.../libdistautograd.so: the overlay less WITHOUT='NAME ...'
+	@test -n "$(strip $(WITHOUT))" || { echo "make without-lib WITHOUT='NAME ...': the changes to leave out (build/go-runtime/STATUS names them)"; exit 2; }
+
+$(BUILD)/without/%/libdistautograd.so: $(LIBRARY_SOURCES) $(OVERLAY)
+	@mkdir -p $(BUILD)/without/$*
+	scripts/go-runtime-overlay $(GO) $(BUILD)/without/$*/go-runtime $(addprefix --without=,$(subst +, ,$*))
+	$(GO) build -buildmode=c-shared -trimpath -overlay $(BUILD)/without/$*/go-runtime/overlay.json -ldflags "-X 'main.goRuntimeBuiltWith=$$(cat $(BUILD)/without/$*/go-runtime/BUILT_WITH)' $(LINKFLAGS)" -o $(BUILD)/without/$*/$(SONAME) .
+	rm -f $(BUILD)/without/$*/*.h
 	ln -sf $(SONAME) $@
 
 # The testing build adds dactest_* functions (counters started near
@@ -291,8 +310,14 @@ bench: all $(BUILD)/nooverlay/libdistautograd.so ## distautograd against the nat
 # cmd/cgo/internal's test, testcshared and testcarchive), with the overlay
 # of the runtime and without: fails if one fails only with it
 # (scripts/test-go-runtime; docs/go-runtime.md says how long it takes).
-test-go-runtime: $(OVERLAY) ## Go's runtime and cgo tests with the runtime overlay vs without: none may fail only with it
-	scripts/test-go-runtime $(GO) $(dir $(OVERLAY)) $(BUILD)/test-go-runtime
+# Then the responsiveness battery in full (TestResponsiveness with
+# DAC_RESPONSIVENESS=full: every pattern; make test runs a few): both run
+# whatever the other's result.
+test-go-runtime: $(OVERLAY) $(LIB) $(BUILD)/nooverlay/libdistautograd.so ## Go's runtime and cgo tests with the runtime overlay vs without: none may fail only with it; the responsiveness battery in full
+	@status=0; scripts/test-go-runtime $(GO) $(dir $(OVERLAY)) $(BUILD)/test-go-runtime || status=1; \
+	echo "DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 60m -v -run '^TestResponsiveness$$' ./capi_test/"; \
+	DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 60m -v -run '^TestResponsiveness$$' ./capi_test/ || status=1; \
+	exit $$status
 
 generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h; from container/'s types: capi_layout.h
 	$(GO) run ./cmd/dacgen
