@@ -139,7 +139,6 @@ struct Real {
   ContextPtr (*getOrCreateContext)(void*, int64_t);
   void (*releaseContextIfPresent)(void*, int64_t);
   size_t (*numAutogradContexts)(const void*);
-  void (*addKnownWorkerId)(void*, rpc::worker_id_t);
 } real;
 
 // libtorch's container: initialized with the worker id, it makes the
@@ -290,6 +289,21 @@ ContextPtr hosted(dac_context* h) {
   int64_t id = 0;
   check(dac_context_id(h, &id));
   return attach(h, id);
+}
+
+// The workers torch's engine recorded on the libtorch context of a
+// distautograd context (through a live handle): what its release tells
+// (torch's int16_t worker id: 40000 is -25536). Empty without one.
+std::vector<int32_t> torch_known_workers(dac_context* h) {
+  std::vector<int32_t> ids;
+  uint64_t v = 0;
+  if (dac_context_host_value(h, &v) != DAC_OK || v == 0)
+    return ids;
+  auto known = box_of(v)->object()->getKnownWorkerIds();
+  ids.reserve(known.size());
+  for (auto w : known)
+    ids.push_back(static_cast<int32_t>(static_cast<uint16_t>(w)));
+  return ids;
 }
 
 // ---- Workers found gone ----------------------------------------------------
@@ -548,6 +562,88 @@ Settings read_settings() {
 
 Settings settings;
 
+// ---- What this worker holds ------------------------------------------------
+
+// One context as contexts() and the signal's report show it.
+struct ContextView {
+  int64_t id;
+  int origin;
+  std::vector<int32_t> known;  // sorted
+  int64_t age_ms, idle_ms;
+};
+
+// Every context stored now, a handle each (a reference the caller drops),
+// taken without touching any: a listing is no use.
+struct Listed {
+  std::vector<dac_context*> h;
+  size_t n = 0;
+  Listed() {
+    h.resize(64);
+    while (dac_context_list(h.data(), h.size(), &n) == DAC_OK && n > h.size()) {
+      dac_context_unref_many(h.data(), h.size());
+      h.resize(n + n / 2);
+    }
+    n = std::min(n, h.size());
+  }
+  ~Listed() { dac_context_unref_many(h.data(), n); }
+  Listed(const Listed&) = delete;
+  Listed& operator=(const Listed&) = delete;
+};
+
+// The contexts stored now; with their known workers (the library's, and
+// those torch's engine recorded on libtorch's context, which its release
+// tells) and ages if full, else their ids and idle times alone (read in
+// C: what the origin check asks often).
+std::vector<ContextView> list_contexts(bool full) {
+  Listed listed;
+  std::vector<ContextView> out;
+  out.reserve(listed.n);
+  for (size_t i = 0; i < listed.n; i++) {
+    dac_context* h = listed.h[i];
+    ContextView v{};
+    int64_t age = 0, idle = 0;
+    if (dac_context_id(h, &v.id) != DAC_OK || dac_context_times(h, full ? &age : nullptr, &idle) != DAC_OK)
+      continue;
+    v.origin = static_cast<int>(static_cast<uint64_t>(v.id) >> 48);
+    v.age_ms = age;
+    v.idle_ms = idle;
+    if (full) {
+      v.known = torch_known_workers(h);
+      size_t k = 0;
+      if (dac_context_known_worker_ids(h, nullptr, 0, &k) == DAC_OK && k > 0) {
+        std::vector<int32_t> lib(k);
+        if (dac_context_known_worker_ids(h, lib.data(), lib.size(), &k) == DAC_OK)
+          v.known.insert(v.known.end(), lib.begin(), lib.begin() + std::min(k, lib.size()));
+      }
+      std::sort(v.known.begin(), v.known.end());
+      v.known.erase(std::unique(v.known.begin(), v.known.end()), v.known.end());
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+// Gives the library the workers torch's engine recorded on each context
+// for which which(origin, idle_ms) holds, before the library releases them
+// itself (the reaper, a dead origin's contexts): its fan-out then tells
+// them, as torch's release would. Only those releases need it: torch's own
+// pass them to the library as they release (release_with_torch_workers),
+// so a pass's RPCs never call into Go for its workers. A worker the
+// library knows already is settled in C.
+template <typename Which>
+void give_torch_workers(Which which) {
+  Listed listed;
+  for (size_t i = 0; i < listed.n; i++) {
+    dac_context* h = listed.h[i];
+    int64_t id = 0, idle = 0;
+    if (dac_context_id(h, &id) != DAC_OK || dac_context_times(h, nullptr, &idle) != DAC_OK ||
+        !which(static_cast<int>(static_cast<uint64_t>(id) >> 48), idle))
+      continue;
+    for (int32_t w : torch_known_workers(h))
+      dac_context_add_known_worker_id(h, w);
+  }
+}
+
 // DISTAUTOGRAD_REAP_IDLE_MS=N: a thread releases every context idle for N
 // ms (what a worker that died mid-pass left here: no cleanup RPC will come
 // for it), fanning out as a release does. Off by default: a pass that
@@ -562,61 +658,12 @@ void start_reaper() {
     const auto period = std::chrono::milliseconds(std::max<long long>(20, ms / 4));
     while (!exiting.load(std::memory_order_relaxed)) {
       std::this_thread::sleep_for(period);
+      // Two ticks of the coarse clock early: a context turning idle between
+      // the two calls has its workers given too.
+      give_torch_workers([ms](int, int64_t idle) { return idle >= ms - 20; });
       dac_reap_idle_contexts(ms, nullptr);
     }
   }).detach();
-}
-
-// ---- What this worker holds ------------------------------------------------
-
-// One context as contexts() and the signal's report show it.
-struct ContextView {
-  int64_t id;
-  int origin;
-  std::vector<int32_t> known;  // sorted
-  int64_t age_ms, idle_ms;
-};
-
-// The contexts stored now (without touching any: a listing is no use).
-std::vector<ContextView> list_contexts(bool want_known) {
-  std::vector<dac_context*> hs(64);
-  size_t n = 0;
-  for (;;) {
-    if (dac_context_list(hs.data(), hs.size(), &n) != DAC_OK)
-      return {};
-    if (n <= hs.size())
-      break;
-    dac_context_unref_many(hs.data(), hs.size());
-    hs.resize(n + n / 2);
-  }
-  std::vector<ContextView> out;
-  out.reserve(n);
-  for (size_t i = 0; i < n; i++) {
-    ContextView v{};
-    int64_t age = 0, idle = 0;
-    if (dac_context_id(hs[i], &v.id) != DAC_OK ||
-        dac_context_times(hs[i], want_known ? &age : nullptr, &idle) != DAC_OK)
-      continue;
-    v.origin = static_cast<int>(static_cast<uint64_t>(v.id) >> 48);
-    v.age_ms = age;
-    v.idle_ms = idle;
-    if (want_known) {
-      int32_t ids[64];
-      size_t k = 0;
-      if (dac_context_known_worker_ids(hs[i], ids, 64, &k) == DAC_OK) {
-        v.known.assign(ids, ids + std::min<size_t>(k, 64));
-        if (k > 64) {
-          v.known.resize(k);
-          dac_context_known_worker_ids(hs[i], v.known.data(), k, &k);
-          v.known.resize(std::min(k, v.known.size()));
-        }
-        std::sort(v.known.begin(), v.known.end());
-      }
-    }
-    out.push_back(std::move(v));
-  }
-  dac_context_unref_many(hs.data(), n);
-  return out;
 }
 
 // Writes what this worker holds to stderr, a line a context: what the
@@ -717,6 +764,7 @@ void release_dead_origins() {
   }
   for (auto& [origin, why] : dead) {
     int64_t n = 0;
+    give_torch_workers([o = origin](int of, int64_t) { return of == o; });
     if (dac_release_contexts_of_worker(origin, &n) != DAC_OK || n == 0)
       continue;
     counts.orphans_released.fetch_add(n, std::memory_order_relaxed);
@@ -879,11 +927,29 @@ ContextPtr m_newContext(void*) {
   }
 }
 
-// A release tells the context's known workers, which the library has:
-// every one torch's engine recorded on libtorch's context reached it too
-// (m_addKnownWorkerId). A cleanup message for a context gone already (the
-// usual case: every worker of a pass tells every other) never enters Go.
+// Releases the context stored under id, if any, with the known workers
+// torch's engine recorded on libtorch's context, which distautograd's
+// release fan-out tells: one call into the library's Go side when it is
+// there, none when it is not (the usual case for a cleanup message: every
+// worker of a pass tells every other). False: nothing was released.
+bool release_with_torch_workers(int64_t id) {
+  Handle h;
+  check(dac_context_retrieve_if_present(id, &h.h));
+  if (h.h == nullptr)
+    return false;
+  std::vector<int32_t> ids = torch_known_workers(h.h);
+  // Dropped before the release, so that the release's is the context's
+  // last reference and its death happens there, not in a second call.
+  dac_context_unref(h.h);
+  h.h = nullptr;
+  int released = 0;
+  check(dac_context_release_with_workers(id, ids.data(), ids.size(), &released));
+  return released != 0;
+}
+
 void m_releaseContext(void*, int64_t id) {
+  if (release_with_torch_workers(id))
+    return;
   // Gone: torch's "Could not find autograd context with id", unless it is
   // the reaped pass this thread has been told about already.
   int rc = dac_context_release(id);
@@ -894,24 +960,7 @@ void m_releaseContext(void*, int64_t id) {
   check(rc);
 }
 
-void m_releaseContextIfPresent(void*, int64_t id) { check(dac_context_release_if_present(id, nullptr)); }
-
-// DistAutogradContext::addKnownWorkerId, which torch's engine calls on
-// each RPC of a pass: libtorch's own (its set is what torch reads,
-// `_known_worker_ids()`), and the library's context of the same id, so that
-// every release the library makes, its own included (the reaper, the
-// contexts of a dead origin), tells the worker as torch's does. A worker
-// the context knows already is settled in C, without entering Go. It never
-// throws, as libtorch's does not.
-void m_addKnownWorkerId(void* self, rpc::worker_id_t worker) {
-  real.addKnownWorkerId(self, worker);
-  dac_context* h = nullptr;
-  if (dac_context_retrieve_if_present(static_cast<ta::DistAutogradContext*>(self)->contextId(), &h) != DAC_OK ||
-      h == nullptr)
-    return;  // not the library's (libtorch's own, in the run-time check) or released already
-  dac_context_add_known_worker_id(h, static_cast<uint16_t>(worker));  // torch's int16_t: 40000 is -25536
-  dac_context_unref(h);
-}
+void m_releaseContextIfPresent(void*, int64_t id) { release_with_torch_workers(id); }
 
 void m_isValidContext(void*, int64_t id) { check(dac_context_is_valid(id)); }
 
@@ -1017,8 +1066,6 @@ DAT_SAME_ABI(clearCurrentContext);
 DAT_SAME_ABI(numAutogradContexts);
 DAT_SAME_ABI(currentContextId);
 static_assert(std::is_same_v<ta::ContextPtr, ContextPtr>);
-static_assert(std::is_same_v<decltype(&ta::DistAutogradContext::addKnownWorkerId), void (ta::DistAutogradContext::*)(rpc::worker_id_t)>,
-              "DistAutogradContext::addKnownWorkerId does not have the ABI m_addKnownWorkerId serves");
 static_assert(sizeof(ta::DistAutogradContext) <= kContextRoom && alignof(ta::DistAutogradContext) <= 16,
               "a DistAutogradContext of this torch does not fit the room a Box has for one");
 #endif
@@ -1104,7 +1151,6 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_start(dat_start_a
   real.getOrCreateContext = reinterpret_cast<decltype(real.getOrCreateContext)>(a->real[10]);
   real.releaseContextIfPresent = reinterpret_cast<decltype(real.releaseContextIfPresent)>(a->real[4]);
   real.numAutogradContexts = reinterpret_cast<decltype(real.numAutogradContexts)>(a->real[16]);
-  real.addKnownWorkerId = reinterpret_cast<decltype(real.addKnownWorkerId)>(a->real[DAT_IDX_ADD_KNOWN_WORKER]);
   settings = read_settings();
   if (!probe(a->simulate, a->why, a->why_cap))
     return 1;
@@ -1127,7 +1173,6 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_start(dat_start_a
   s[15] = reinterpret_cast<void*>(m_clearCurrentContext);
   s[16] = reinterpret_cast<void*>(m_numAutogradContexts);
   s[17] = reinterpret_cast<void*>(m_currentContextId);
-  s[DAT_IDX_ADD_KNOWN_WORKER] = reinterpret_cast<void*>(m_addKnownWorkerId);
   started.store(true);
   std::atexit([] { exiting.store(true); });
   return 0;
@@ -1213,4 +1258,44 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_flush(int64_t tim
     dac_cleanup_flush(0, &queued);
   *pending = queued + std::max<int64_t>(0, outstanding.load());
   return *pending == 0 ? 0 : DAC_ERR_TIMEOUT;
+}
+
+// Every context of this process, as distautograd.torch.contexts() shows
+// them: a JSON array of objects (id, origin_worker, known_workers sorted,
+// age_s, idle_s), sorted by id, with its length (without the NUL) in
+// *length even when capacity is too small. 0: written; 1: the backend does
+// not serve torch's container in this process; 2: bad arguments; 3:
+// distributed autograd is not initialized (dac_last_error() has torch's
+// message).
+extern "C" __attribute__((visibility("default"))) int dat_impl_contexts(char* buf, size_t capacity,
+                                                                        size_t* length) {
+  if (length == nullptr || (buf == nullptr && capacity != 0))
+    return 2;
+  if (!started.load())
+    return 1;
+  int32_t worker = 0;
+  if (dac_worker_id(&worker) != DAC_OK)
+    return 3;  // not initialized: dac_last_error() says so, in torch's words
+  auto all = list_contexts(true);
+  std::sort(all.begin(), all.end(), [](const ContextView& a, const ContextView& b) { return a.id < b.id; });
+  std::string out = "[";
+  for (const auto& v : all) {
+    char head[160];
+    snprintf(head, sizeof head, "%s{\"id\":%lld,\"origin_worker\":%d,\"known_workers\":[", out.size() > 1 ? "," : "",
+             static_cast<long long>(v.id), v.origin);
+    out += head;
+    for (size_t i = 0; i < v.known.size(); i++)
+      out += (i ? "," : "") + std::to_string(v.known[i]);
+    char tail[96];
+    snprintf(tail, sizeof tail, "],\"age_s\":%.3f,\"idle_s\":%.3f}", v.age_ms / 1000.0, v.idle_ms / 1000.0);
+    out += tail;
+  }
+  out += "]";
+  *length = out.size();
+  if (capacity > 0) {
+    size_t n = std::min(out.size(), capacity - 1);
+    memcpy(buf, out.data(), n);
+    buf[n] = 0;
+  }
+  return 0;
 }

@@ -78,9 +78,8 @@ static void *torch_handle;
 static int missing_real = -1; /* index of a symbol libtorch lacks, -1: none */
 
 /* Phase 1: libtorch's definitions. Its private container members (which
-** only libtorch's own members call) point there from now on, and its
-** context's members until the backend starts, so that the checks below can
-** run libtorch's code without coming back here. */
+** only libtorch's own members call) point there from now on, so that the
+** checks below can run libtorch's code without coming back here. */
 static void find_real(void) {
 	Dl_info self;
 	struct finder f = {0};
@@ -96,8 +95,8 @@ static void find_real(void) {
 		if (real[i] == NULL && missing_real < 0)
 			missing_real = i;
 	}
-	for (int i = 0; i < DAT_NSYMS; i++)
-		if (DAT_REAL_FIRST(i) && real[i] != NULL)
+	for (int i = DAT_PRIVATE_FIRST; i < DAT_NSYMS; i++)
+		if (real[i] != NULL)
 			__atomic_store_n(&dat_fn[i], i == DAT_IDX_SEND_RELEASE ? (void *)dat_noop : real[i], __ATOMIC_RELEASE);
 }
 
@@ -192,7 +191,7 @@ static void decide(void) {
 		return;
 	}
 	for (int i = 0; i < DAT_NSYMS; i++)
-		if (DAT_SERVED(i))
+		if (i < DAT_PRIVATE_FIRST)
 			__atomic_store_n(&dat_fn[i], serve[i], __ATOMIC_RELEASE);
 	__atomic_store_n(&active, 1, __ATOMIC_RELEASE);
 }
@@ -201,8 +200,8 @@ static void decide(void) {
 ** it, once dat_fn[index] points where calls must go. */
 __attribute__((visibility("hidden"))) unsigned dat_resolve(unsigned index) {
 	pthread_once(&found_once, find_real);
-	if (DAT_REAL_FIRST(index) && real[index] != NULL)
-		return index; /* set by find_real: for good, or until the backend starts serving it */
+	if (index >= DAT_PRIVATE_FIRST && real[index] != NULL)
+		return index; /* set by find_real */
 	pthread_once(&decided_once, decide);
 	return index;
 }

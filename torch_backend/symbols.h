@@ -1,17 +1,13 @@
 /* symbols.h: the torch functions the backend defines, as an X-macro:
 ** DAT_SYM(index, name, mangled). Every member of DistAutogradContainer
-** (both constructor symbols share one entry), and
-** DistAutogradContext::addKnownWorkerId, so that the library knows every
-** worker a pass sent to (its own releases, the reaper's and those of a
-** dead origin's contexts, tell them as torch's release does). DistEngine::getDebugInfo stays
+** (both constructor symbols share one entry). DistEngine::getDebugInfo stays
 ** libtorch's: it reads the container through its public members (through
 ** the PLT), so torch.distributed.autograd._get_debug_info() shows torch's two
 ** figures with torch's meaning; distautograd's own are
 ** distautograd.torch.debug_info(). Included by the shim (C and assembly) and
 ** the implementation. */
 #define DAT_PRIVATE_FIRST 18
-#define DAT_PRIVATE_END 23
-#define DAT_NSYMS 24
+#define DAT_NSYMS 23
 #define DAT_SYMBOLS(X)                                                                                              \
 	X(0, init, _ZN5torch11distributed8autograd21DistAutogradContainer4initEl)                                       \
 	X(1, getInstance, _ZN5torch11distributed8autograd21DistAutogradContainer11getInstanceEv)                        \
@@ -37,28 +33,18 @@
 	X(21, sendReleaseContextRpc,                                                                                    \
 	  _ZN5torch11distributed8autograd21DistAutogradContainer21sendReleaseContextRpcERKSt13unordered_setIsSt4hashIsESt8equal_toIsESaIsEEl) \
 	X(22, eraseContextIdAndReset,                                                                                   \
-	  _ZN5torch11distributed8autograd21DistAutogradContainer22eraseContextIdAndResetERNS2_13ContextsShardEl)        \
-	X(23, addKnownWorkerId, _ZN5torch11distributed8autograd19DistAutogradContext16addKnownWorkerIdEs)
+	  _ZN5torch11distributed8autograd21DistAutogradContainer22eraseContextIdAndResetERNS2_13ContextsShardEl)
 
 /* The second constructor symbol, an alias of entry 20 (ctor). */
 #define DAT_CTOR2 _ZN5torch11distributed8autograd21DistAutogradContainerC2Ej
 
 /* Entries 0..DAT_PRIVATE_FIRST-1 are the public members, which the backend
-** serves. The private members (DAT_PRIVATE_FIRST..DAT_PRIVATE_END-1) only
-** ever run from libtorch's own member functions, which the backend calls
-** once, in its run-time check (impl.cpp: probe, which has libtorch's
-** container make and release a context): they stay libtorch's, but
-** sendReleaseContextRpc, whose only caller then is that check (a fresh
-** context, no known workers). Entries from DAT_PRIVATE_END on are members
-** of libtorch's context that the backend serves too (forwarding to
-** libtorch's own): libtorch's until the backend has started, since its
-** run-time check calls them. */
+** serves. The private members (18..22) only ever run
+** from libtorch's own member functions, which the backend calls once, in
+** its run-time check (impl.cpp: probe, which has libtorch's container make
+** and release a context): they stay libtorch's, but sendReleaseContextRpc,
+** whose only caller then is that check (a fresh context, no known workers). */
 #define DAT_IDX_SEND_RELEASE 21
-#define DAT_IDX_ADD_KNOWN_WORKER 23
-/* Whether the backend serves entry i once it has started. */
-#define DAT_SERVED(i) ((i) < DAT_PRIVATE_FIRST || (i) >= DAT_PRIVATE_END)
-/* Whether entry i points at libtorch's own definition until then. */
-#define DAT_REAL_FIRST(i) ((i) >= DAT_PRIVATE_FIRST)
 
 /* The torch releases served, by the version in libtorch_cpu's soname
 ** (libtorch_cpu.so.1.13, libtorch_cpu.so.2.6): each has its
@@ -81,5 +67,5 @@ typedef struct dat_start_args {
 	const char *simulate;    /* DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH, or NULL */
 	const char *torch;       /* the loaded torch's version, from its soname ("2.6") */
 } dat_start_args;
-#define DAT_ABI 3
+#define DAT_ABI 2
 #endif

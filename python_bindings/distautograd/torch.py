@@ -127,21 +127,27 @@ def active() -> bool:
     return state()[0]
 
 
-def _backend_figures(impl) -> Dict[str, int]:
+def _impl_json(impl, name: str) -> Any:
+    """What the implementation's function name writes: JSON, into a buffer
+    grown until it fits (its length comes back however small the buffer)."""
     import ctypes
 
-    fn = impl.dat_impl_debug_info
+    fn = getattr(impl, name)
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
     length = ctypes.c_size_t()
-    cap = 256
+    cap = 4096
     while True:
         buf = ctypes.create_string_buffer(cap)
         rc = fn(buf, cap, ctypes.byref(length))
         if rc == 1:
             raise NotServing("the torch backend does not serve torch's container in this process")
+        if rc == 3:  # not initialized: the library's message, torch's words
+            from . import _lib
+
+            raise RuntimeError(_lib.LIB.dac_last_error().decode("utf-8"))
         if rc != 0:
-            raise RuntimeError("dat_impl_debug_info failed (%d)" % rc)
+            raise RuntimeError("%s failed (%d)" % (name, rc))
         if length.value < cap:
             return json.loads(buf.value.decode("utf-8"))
         cap = length.value + 1
@@ -217,7 +223,7 @@ def debug_info() -> Dict[str, int]:
     info = dict(dist_autograd._get_debug_info())
     for key, value in _lib.debug_info().items():
         info.setdefault(key, value)
-    info.update(_backend_figures(impl))
+    info.update(_impl_json(impl, "dat_impl_debug_info"))
     return dict(sorted(info.items()))
 
 
@@ -244,10 +250,7 @@ def contexts() -> List[Dict[str, Any]]:
     (DISTAUTOGRAD_CONTEXTS_SIGNAL, docs/torch.md). Raises
     :class:`NotServing` where the backend does not serve, and torch's
     RuntimeError before distributed autograd is initialized."""
-    _serving_impl()
-    import distautograd
-
-    return distautograd.contexts()
+    return _impl_json(_serving_impl(), "dat_impl_contexts")
 
 
 def flush(timeout: Optional[float] = None) -> int:
