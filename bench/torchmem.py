@@ -58,8 +58,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torchbench  # noqa: E402
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+
+try:
+    import torch
+    from torch import nn
+except ImportError:  # --torch 2.6 from a Python without torch runs it in the root
+    torch = None
 
 ROOT = torchbench.ROOT
 BUILD = torchbench.BUILD
@@ -74,16 +78,17 @@ NAMES = ("trainer", "model")
 BACKEND = False
 
 
-class MyModel(nn.Module):
-    """The issue's model (rpc.remote pickles the class by name: both
-    processes run this file)."""
+if torch is not None:
+    class MyModel(nn.Module):
+        """The issue's model (rpc.remote pickles the class by name: both
+        processes run this file)."""
 
-    def __init__(self):
-        super().__init__()
-        self.nets = nn.Sequential(*[nn.Linear(1000, 1000) for _ in range(2)])
+        def __init__(self):
+            super().__init__()
+            self.nets = nn.Sequential(*[nn.Linear(1000, 1000) for _ in range(2)])
 
-    def forward(self, x):
-        return self.nets(x)
+        def forward(self, x):
+            return self.nets(x)
 
 
 class MallInfo2(ctypes.Structure):
@@ -114,13 +119,91 @@ def sample(trim):
     gc.collect()
     s = {"rss": status["VmRSS"], "anon": status["RssAnon"], "file": status["RssFile"], "shmem": status["RssShmem"],
          "live": live, "free": m.arena + m.hblkhd - live, "objects": len(gc.get_objects()),
-         "threads": len(os.listdir("/proc/self/task"))}
+         "threads": len(os.listdir("/proc/self/task")), "regions": regions()}
     if BACKEND:
         import distautograd.torch
 
         d = distautograd.torch.debug_info()
         s["go_heap"], s["torch_contexts_alive"] = d["go_heap_bytes"], d["torch_contexts_alive"]
     return s
+
+
+#: The kinds of mapping regions() sorts resident memory into.
+KINDS = ("arenas", "brk heap", "stacks", "go heap", "other anon", "files")
+#: glibc's non-main malloc arenas: heaps of at most 64 MiB (HEAP_MAX_SIZE on
+#: 64-bit), each mapped at a multiple of its size.
+HEAP_MAX = 64 << 20
+#: Where Go's heap is (its arena hints start at 0x00c0 << 32).
+GO_HEAP = (0xc000000000, 0xc100000000)
+
+
+def by_mapping(sizes=None):
+    """Resident bytes by mapping name (a file's path, [heap], [stack]...;
+    anonymous mappings together as "anonymous"); sizes, a dict, gets each
+    name's mapped bytes."""
+    out = {}
+    name = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(None, 5)
+            if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                name = head[5].strip() if len(head) > 5 else "anonymous"
+            elif head[0] == "Rss:":
+                out[name] = out.get(name, 0) + int(head[1]) * 1024
+            elif head[0] == "Size:" and sizes is not None:
+                sizes[name] = sizes.get(name, 0) + int(head[1]) * 1024
+    return out
+
+
+MARK = {}
+
+
+def mark():
+    """Remembers the resident bytes by mapping at the start of the
+    measured passes (report() says which grew since)."""
+    MARK.clear()
+    MARK.update(by_mapping())
+
+
+def regions():
+    """This process's resident bytes by kind of mapping (/proc/self/smaps):
+    malloc's arenas other than the main one (a heap mapped at a multiple of
+    64 MiB; its unused rest is inaccessible), the main arena's brk heap,
+    thread stacks (behind a one-page guard; the main thread's [stack]),
+    Go's heap, other anonymous memory (malloc's mmapped chunks, Python's
+    object arenas, the rest), files (libraries; shared memory too)."""
+    maps = []
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(None, 5)
+            if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                a, b = (int(v, 16) for v in head[0].split("-"))
+                maps.append([a, b, head[1], head[5].strip() if len(head) > 5 else "", 0])
+            elif head[0] == "Rss:":
+                maps[-1][4] = int(head[1]) * 1024
+    out = dict.fromkeys(KINDS, 0)
+    for i, (a, b, perms, path, rss) in enumerate(maps):
+        if not rss:
+            continue
+        after = maps[i + 1] if i + 1 < len(maps) else None
+        before = maps[i - 1] if i else None
+        if path == "[heap]":
+            kind = "brk heap"
+        elif path.startswith("[stack"):
+            kind = "stacks"
+        elif path and not path.startswith("[anon"):
+            kind = "files"
+        elif GO_HEAP[0] <= a < GO_HEAP[1]:
+            kind = "go heap"
+        elif a % HEAP_MAX == 0 and b - a <= HEAP_MAX and (
+                b - a == HEAP_MAX or (after and after[0] == b and after[2].startswith("---"))):
+            kind = "arenas"
+        elif before and before[1] == a and before[2].startswith("---") and before[1] - before[0] <= 1 << 16:
+            kind = "stacks"
+        else:
+            kind = "other anon"
+        out[kind] += rss
+    return out
 
 
 def arenas():
@@ -156,6 +239,11 @@ def report():
     with open("/proc/self/smaps_rollup") as f:
         r["smaps"] = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f if ":" in line)
                       if k in ("Rss", "Anonymous", "Private_Dirty")}
+    sizes = {}
+    now = by_mapping(sizes)
+    grew = sorted(((now.get(k, 0) - MARK.get(k, 0), k) for k in set(now) | set(MARK)), reverse=True)
+    # Each: the name, its growth, its resident and its mapped bytes now.
+    r["grew"] = [[k, d, now.get(k, 0), sizes.get(k, 0)] for d, k in grew[:6] if d > 0]
     if BACKEND:
         import distautograd.torch
 
@@ -201,6 +289,10 @@ def job(backend, rank, port, threads, batch):
                     if (i + 1) % every == 0:
                         got.append(both(trim))
                 print(json.dumps({"samples": got, "seconds": seconds}), flush=True)
+            elif words[0] == "mark":
+                mark()
+                rpc.rpc_sync(NAMES[1], mark)
+                print("{}", flush=True)
             elif words[0] == "report":
                 print(json.dumps([report(), rpc.rpc_sync(NAMES[1], report)]), flush=True)
     rpc.shutdown()
@@ -276,12 +368,14 @@ def main():
         sys.exit("torchmem: counts are >= 1 (--warmup >= 0)")
     if args.chunk % args.every or args.warmup % args.chunk or args.passes % args.chunk:
         sys.exit("torchmem: --chunk must be a multiple of --every, --warmup and --passes of --chunk")
-    version = ".".join(torch.__version__.split(".")[:2])
+    version = ".".join(torch.__version__.split(".")[:2]) if torch is not None else None
     if args.torch and args.torch != version:
         if WHERE.get(args.torch) is None:
             sys.exit("torchmem: this Python has torch %s, and there is no root for torch %s (%s)"
                      % (version, args.torch, ", ".join(WHERE)))
         sys.exit(in_root(args.torch, sys.argv[1:]))
+    if version is None:
+        sys.exit("torchmem: this Python (%s) has no torch" % sys.executable)
     if args.arena_max is not None:
         os.environ["MALLOC_ARENA_MAX"] = str(args.arena_max)
     port = []
@@ -296,6 +390,9 @@ def main():
     series = {j.name: [[], []] for j in jobs}
     seconds = {j.name: 0.0 for j in jobs}
     done = 0
+    if not args.warmup:
+        for j in jobs:
+            j.ask("mark")
     for c in range((args.warmup + args.passes) // args.chunk):
         for j in jobs if c % 2 == 0 else jobs[::-1]:
             got = j.ask("run %d %d %s" % (args.chunk, args.every, trim))
@@ -307,6 +404,9 @@ def main():
                     for p, s in enumerate(per_process):
                         series[j.name][p].append((at, s))
         done += args.chunk
+        if done == args.warmup:
+            for j in jobs:
+                j.ask("mark")
         print("torchmem: torch %s, %d of %d passes" % (version, done, args.warmup + args.passes), file=sys.stderr)
     reports = {j.name: j.ask("report") for j in jobs}
     for j in jobs:
@@ -332,6 +432,7 @@ def main():
             for key in ("rss", "live", "free", "objects"):
                 row[key] = slope([a for a, _ in pts], [s[key] for _, s in pts])
                 row[key + "_late"] = slope([a for a, _ in half], [s[key] for _, s in half])
+            row["regions"] = {k: slope([a for a, _ in pts], [s["regions"][k] for _, s in pts]) for k in KINDS}
             row["rss_first"], row["rss_last"] = pts[0][1]["rss"], pts[-1][1]["rss"]
             row["report"] = reports[side][p]
             row["samples"] = [dict(s, at=a) for a, s in pts]
@@ -340,6 +441,12 @@ def main():
                   % (process, side, row["rss"], row["rss_late"], row["live"], row["live_late"], row["free"],
                      row["free_late"], row["objects"], row["rss_first"] / 2**20, row["rss_last"] / 2**20,
                      len(row["report"]["arenas"])))
+    print("\nwhere RSS grows: resident bytes per pass by kind of mapping (/proc/PID/smaps)")
+    print("| process | side | %s |" % " | ".join(KINDS))
+    print("|---|---|" + "---:|" * len(KINDS))
+    for row in rows:
+        print("| %s | %s | %s |" % (row["process"], row["side"],
+                                    " | ".join("%.0f" % row["regions"][k] for k in KINDS)))
     print()
     for row in rows:
         r = row["report"]
@@ -354,6 +461,10 @@ def main():
                                r["torch_autograd"]["num_current_backward_passes"], r["rpc"]["num_owner_rrefs"],
                                r["rpc"]["num_forks"], r["rpc"]["num_pending_users"],
                                row["samples"][-1]["threads"], extra))
+        print("  grew most since the first measured pass: %s" % ", ".join(
+            "%s %+.0f KiB (%.1f of %.1f MiB mapped resident)" % (os.path.basename(k) or k, d / 1024, rss / 2**20,
+                                                                 size / 2**20)
+            for k, d, rss, size in r["grew"]))
     path = args.json or os.path.join(BUILD, "torchmem-%s.json" % version)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
