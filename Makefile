@@ -378,7 +378,7 @@ bench-torch: all ## torch's distributed autograd natively and under the backend,
 	$(TORCH_BENCH)
 
 # pytorch issue 61920's job (bench/torchmem.py; TORCH_MEMORY_FLAGS go to
-# it, e.g. '--passes 800' or '--arena-max 1'): this machine's torch 1.13,
+# it, e.g. '--passes 800' or '--env MALLOC_ARENA_MAX=1'): this machine's torch 1.13,
 # then torch 2.6 in its root. Nothing is asserted.
 bench-torch-memory: all ## RSS growth per pass of pytorch issue 61920's job (a model behind an RRef, 20 rpc_async forwards and a backward a pass), natively and under the backend, per process, for each served torch found; writes build/torchmem-VERSION.json
 	@if [ -n "$(HAVE_LIBTORCH)" ]; then $(PYTHON) bench/torchmem.py --torch 1.13 $(TORCH_MEMORY_FLAGS); \

@@ -35,11 +35,12 @@ asserted: the figures are printed, and written to
 build/torchmem-VERSION.json.
 
 usage: python3 bench/torchmem.py [--torch 1.13|2.6] [--passes N] [--warmup W] [--every E]
-           [--chunk C] [--threads T] [--batch B] [--arena-max A] [--trim] [--json PATH]
+           [--chunk C] [--threads T] [--batch B] [--env NAME=VALUE]... [--trim] [--json PATH]
   --torch 2.6 runs it inside the Debian 13 root (scripts/torch-root), where
   the interpreter here has another torch; --threads is the agent's
   num_worker_threads (default 16, torch's; the issue saw growth above 6);
-  --arena-max A runs both jobs with MALLOC_ARENA_MAX=A; --trim calls
+  --env runs both jobs with NAME=VALUE in their environment (glibc's
+  MALLOC_ARENA_MAX=1, MALLOC_MMAP_THRESHOLD_=131072); --trim calls
   malloc_trim(0) in each process before each sample. Defaults: 400 passes
   after 40, sampled every 10, in chunks of 20, a batch of 8 rows.
 """
@@ -360,7 +361,7 @@ def main():
     ap.add_argument("--chunk", type=int, default=20)
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--arena-max", type=int)
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--trim", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -376,8 +377,11 @@ def main():
         sys.exit(in_root(args.torch, sys.argv[1:]))
     if version is None:
         sys.exit("torchmem: this Python (%s) has no torch" % sys.executable)
-    if args.arena_max is not None:
-        os.environ["MALLOC_ARENA_MAX"] = str(args.arena_max)
+    for setting in args.env:
+        name, eq, value = setting.partition("=")
+        if not name or not eq:
+            sys.exit("torchmem: --env takes NAME=VALUE, not %r" % setting)
+        os.environ[name] = value
     port = []
 
     def argv():
@@ -417,7 +421,7 @@ def main():
     print("\ntorch %s, %d passes after %d (each: %d `rpc_async` forwards through the RRef + `backward`), "
           "num_worker_threads=%d%s%s; bytes per pass (late: the last half's)"
           % (version, args.passes, args.warmup, FORWARDS, args.threads,
-             ", MALLOC_ARENA_MAX=%d" % args.arena_max if args.arena_max is not None else "",
+             "".join(", " + e for e in args.env),
              ", malloc_trim(0) before each sample" if args.trim else ""))
     print("a pass takes %.0f ms natively, %.0f ms under the backend"
           % (1000 * seconds["native"] / args.passes, 1000 * seconds["backend"] / args.passes))
