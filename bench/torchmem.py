@@ -17,14 +17,16 @@ bench/torchbench.py's pairs), the job that goes first alternating: both see
 the same machine. After --warmup passes each, --passes passes are measured;
 every --every passes each process of each job is sampled:
 
-- rss: VmRSS (/proc/PID/statm);
-- live: what malloc has handed out and not had back (mallinfo2's
-  uordblks + hblkhd, over every arena);
-- free: what malloc holds from the system but is not handed out (arena +
-  hblkhd - live): freed memory malloc keeps, the fragmentation and
-  retention that RSS shows but no object holds;
-- Python objects gc tracks, threads, and under the backend the library's
-  Go heap and the libtorch context objects alive.
+- RSS (/proc/PID/status's VmRSS) and two of its parts: shared memory
+  (RssShmem: TensorPipe's rings) and anonymous memory (RssAnon);
+- resident bytes by kind of mapping (/proc/PID/smaps: malloc's arenas,
+  the brk heap, stacks, Go's heap, other anonymous memory, files);
+- malloc's live bytes, handed out and not had back (mallinfo2's uordblks
+  + hblkhd, over every arena), and its free bytes, held from the system
+  but not handed out (arena + hblkhd - live): freed memory malloc keeps,
+  which RSS shows but no object holds;
+- Python objects gc tracks (after a collection), threads, and under the
+  backend the library's Go heap and the libtorch context objects alive.
 
 A figure per pass is the slope of a least-squares line through the
 measured samples (bytes per pass); "late" is the slope over the last half
@@ -419,13 +421,14 @@ def main():
     # A line per process and side: each figure's slope, and the late slope.
     rows = []
     print("\ntorch %s, %d passes after %d (each: %d `rpc_async` forwards through the RRef + `backward`), "
-          "num_worker_threads=%d%s%s; bytes per pass (late: the last half's)"
+          "num_worker_threads=%d%s%s; bytes per pass (late: RSS over the last half; shared memory, anonymous: "
+          "RSS's parts; malloc's live and free bytes)"
           % (version, args.passes, args.warmup, FORWARDS, args.threads,
              "".join(", " + e for e in args.env),
              ", malloc_trim(0) before each sample" if args.trim else ""))
     print("a pass takes %.0f ms natively, %.0f ms under the backend"
           % (1000 * seconds["native"] / args.passes, 1000 * seconds["backend"] / args.passes))
-    print("| process | side | RSS B/pass | late | malloc live B/pass | late | malloc free B/pass | late "
+    print("| process | side | RSS B/pass | late | shared memory | anonymous | malloc live | malloc free "
           "| objects/pass | RSS first, last MiB | arenas |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for p, process in enumerate(NAMES):
@@ -433,7 +436,7 @@ def main():
             pts = series[side][p]
             half = pts[len(pts) // 2:]
             row = {"process": process, "side": side, "torch": version}
-            for key in ("rss", "live", "free", "objects"):
+            for key in ("rss", "shmem", "anon", "live", "free", "objects"):
                 row[key] = slope([a for a, _ in pts], [s[key] for _, s in pts])
                 row[key + "_late"] = slope([a for a, _ in half], [s[key] for _, s in half])
             row["regions"] = {k: slope([a for a, _ in pts], [s["regions"][k] for _, s in pts]) for k in KINDS}
@@ -442,8 +445,8 @@ def main():
             row["samples"] = [dict(s, at=a) for a, s in pts]
             rows.append(row)
             print("| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.2f | %.1f, %.1f | %d |"
-                  % (process, side, row["rss"], row["rss_late"], row["live"], row["live_late"], row["free"],
-                     row["free_late"], row["objects"], row["rss_first"] / 2**20, row["rss_last"] / 2**20,
+                  % (process, side, row["rss"], row["rss_late"], row["shmem"], row["anon"], row["live"], row["free"],
+                     row["objects"], row["rss_first"] / 2**20, row["rss_last"] / 2**20,
                      len(row["report"]["arenas"])))
     print("\nwhere RSS grows: resident bytes per pass by kind of mapping (/proc/PID/smaps)")
     print("| process | side | %s |" % " | ".join(KINDS))
