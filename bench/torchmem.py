@@ -25,8 +25,9 @@ every --every passes each process of each job is sampled:
   + hblkhd, over every arena), and its free bytes, held from the system
   but not handed out (arena + hblkhd - live): freed memory malloc keeps,
   which RSS shows but no object holds;
-- Python objects gc tracks (after a collection), threads, and under the
-  backend the library's Go heap and the libtorch context objects alive.
+- Python objects gc tracks (after a collection), threads. (The backend's
+  own figures, distautograd.torch.debug_info(), are read at the end only:
+  the call allocates, and the native side has no such call.)
 
 A figure per pass is the slope of a least-squares line through the
 measured samples (bytes per pass); "late" is the slope over the last half
@@ -123,21 +124,34 @@ def sample(trim):
     s = {"rss": status["VmRSS"], "anon": status["RssAnon"], "file": status["RssFile"], "shmem": status["RssShmem"],
          "live": live, "free": m.arena + m.hblkhd - live, "objects": len(gc.get_objects()),
          "threads": len(os.listdir("/proc/self/task")), "regions": regions()}
-    if BACKEND:
-        import distautograd.torch
-
-        d = distautograd.torch.debug_info()
-        s["go_heap"], s["torch_contexts_alive"] = d["go_heap_bytes"], d["torch_contexts_alive"]
     return s
 
 
 #: The kinds of mapping regions() sorts resident memory into.
 KINDS = ("arenas", "brk heap", "stacks", "go heap", "other anon", "files")
-#: glibc's non-main malloc arenas: heaps of at most 64 MiB (HEAP_MAX_SIZE on
-#: 64-bit), each mapped at a multiple of its size.
+#: glibc's non-main malloc arenas are heaps of at most 64 MiB
+#: (HEAP_MAX_SIZE on 64-bit), each mapped at a multiple of that size; so is
+#: each 64 MiB arena of Go's heap.
 HEAP_MAX = 64 << 20
-#: Where Go's heap is (its arena hints start at 0x00c0 << 32).
-GO_HEAP = (0xc000000000, 0xc100000000)
+
+
+def glibc_heap(mem, a, b):
+    """Whether the mapping [a, b) is one of glibc's non-main heaps: at a
+    multiple of 64 MiB, it starts with glibc's heap_info (the arena: its own
+    state just past the header for an arena's first heap, else the previous
+    heap; then the heap's size and the bytes made read-write, the
+    mapping's). Read through /proc/self/mem, which fails rather than faults
+    where a heap was unmapped meanwhile."""
+    if a % HEAP_MAX or b - a > HEAP_MAX:
+        return False
+    try:
+        head = os.pread(mem, 32, a)
+    except OSError:
+        return False
+    if len(head) < 32:
+        return False
+    arena, prev, size, rw = (int.from_bytes(head[i:i + 8], "little") for i in range(0, 32, 8))
+    return rw == b - a and size <= rw and (a < arena <= a + 64 if prev == 0 else prev % HEAP_MAX == 0)
 
 
 def by_mapping(sizes=None):
@@ -170,11 +184,13 @@ def mark():
 
 def regions():
     """This process's resident bytes by kind of mapping (/proc/self/smaps):
-    malloc's arenas other than the main one (a heap mapped at a multiple of
-    64 MiB; its unused rest is inaccessible), the main arena's brk heap,
-    thread stacks (behind a one-page guard; the main thread's [stack]),
-    Go's heap, other anonymous memory (malloc's mmapped chunks, Python's
-    object arenas, the rest), files (libraries; shared memory too)."""
+    malloc's arenas other than the main one (glibc_heap), the main arena's
+    brk heap, thread stacks (behind a one-page guard; the main thread's
+    [stack]), Go's heap (under the backend: the other anonymous mappings at
+    a multiple of 64 MiB, where Go maps its heap arenas), other anonymous
+    memory (malloc's mmapped chunks, Python's object arenas, the Go
+    runtime's own structures, the rest), files (libraries, and shared
+    memory: TensorPipe's rings)."""
     maps = []
     with open("/proc/self/smaps") as f:
         for line in f:
@@ -185,27 +201,33 @@ def regions():
             elif head[0] == "Rss:":
                 maps[-1][4] = int(head[1]) * 1024
     out = dict.fromkeys(KINDS, 0)
-    for i, (a, b, perms, path, rss) in enumerate(maps):
-        if not rss:
-            continue
-        after = maps[i + 1] if i + 1 < len(maps) else None
-        before = maps[i - 1] if i else None
-        if path == "[heap]":
-            kind = "brk heap"
-        elif path.startswith("[stack"):
-            kind = "stacks"
-        elif path and not path.startswith("[anon"):
-            kind = "files"
-        elif GO_HEAP[0] <= a < GO_HEAP[1]:
-            kind = "go heap"
-        elif a % HEAP_MAX == 0 and b - a <= HEAP_MAX and (
-                b - a == HEAP_MAX or (after and after[0] == b and after[2].startswith("---"))):
-            kind = "arenas"
-        elif before and before[1] == a and before[2].startswith("---") and before[1] - before[0] <= 1 << 16:
-            kind = "stacks"
-        else:
-            kind = "other anon"
-        out[kind] += rss
+    # The 64 MiB blocks of Go's heap seen so far: an arena starts one, and
+    # Go maps, unmaps and advises parts of it, which smaps shows as several
+    # mappings; its arenas may follow one another.
+    go_blocks = set()
+    mem = os.open("/proc/self/mem", os.O_RDONLY)
+    try:
+        for i, (a, b, perms, path, rss) in enumerate(maps):
+            before = maps[i - 1] if i else None
+            anon = not path or path.startswith("[anon")
+            if path == "[heap]":
+                kind = "brk heap"
+            elif path.startswith("[stack"):
+                kind = "stacks"
+            elif not anon:
+                kind = "files"
+            elif perms.startswith("rw") and glibc_heap(mem, a, b):
+                kind = "arenas"
+            elif BACKEND and (a % HEAP_MAX == 0 or a // HEAP_MAX in go_blocks):
+                kind = "go heap"
+                go_blocks.update(range(a // HEAP_MAX, (b - 1) // HEAP_MAX + 1))
+            elif before and before[1] == a and before[2].startswith("---") and before[1] - before[0] <= 1 << 16:
+                kind = "stacks"
+            else:
+                kind = "other anon"
+            out[kind] += rss
+    finally:
+        os.close(mem)
     return out
 
 
