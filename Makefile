@@ -366,7 +366,7 @@ IMPL_FLAGS  = -std=c++20 -O2 -fPIC -Wall -Wextra -Werror -Wno-unused-parameter -
   -DDAT_TORCH_VERSION='"$(1)"' -isystem /usr/include/torch/csrc/api/include -shared torch_backend/impl.cpp \
   -Wl,--version-script=torch_backend/impl.map -Wl,-z,now -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' \
   -L$(BUILD) -ldistautograd -l:libtorch_cpu.so.$(1) -l:libc10.so.$(1) $(IMPL_LIBS_$(1))
-.PHONY: torch-backend torch-root test-torch test-torch-versions bench-torch
+.PHONY: torch-backend torch-root test-torch test-torch-versions bench-torch bench-torch-memory
 torch-backend: $(TORCH_SHIM) $(LAUNCHER) $(TORCH_IMPLS) ## build/libdistautograd_torch.so, build/distautograd-torch and an implementation per served torch found (its libtorch-dev here; 2.6 on Debian 12: make torch-root)
 $(LAUNCHER): packaging/distautograd-torch.in $(LAUNCHER_PY)
 	@mkdir -p $(BUILD)/launcher
@@ -401,6 +401,15 @@ test-torch-versions: all ## the torch backend's tests and torch's own dist-autog
 	$(PYTHON) scripts/test-torch-versions $(TORCH_VERSIONS_FLAGS)
 bench-torch: all ## torch's distributed autograd natively and under the backend, pairs of processes taking turns, for each served torch found (2.6 in its root); adds level "torch" rows to build/bench.json (run after make bench)
 	$(TORCH_BENCH)
+
+# pytorch issue 61920's job (bench/torchmem.py; TORCH_MEMORY_FLAGS go to
+# it, e.g. '--passes 800' or '--env MALLOC_ARENA_MAX=1'): this machine's torch 1.13,
+# then torch 2.6 in its root. Nothing is asserted.
+bench-torch-memory: all ## RSS growth per pass of pytorch issue 61920's job (a model behind an RRef, 20 rpc_async forwards and a backward a pass), natively and under the backend, per process, for each served torch found; writes build/torchmem-VERSION.json
+	@if [ -n "$(HAVE_LIBTORCH)" ]; then $(PYTHON) bench/torchmem.py --torch 1.13 $(TORCH_MEMORY_FLAGS); \
+	else echo "bench-torch-memory: no libtorch-dev: no torch 1.13 figures"; fi
+	@if [ -n "$(TORCH_ROOT)" ]; then $(PYTHON) bench/torchmem.py --torch 2.6 $(TORCH_MEMORY_FLAGS); \
+	else echo "bench-torch-memory: no torch 2.6 root (make torch-root): no torch 2.6 figures"; fi
 
 # The torch rows: this machine's torch 1.13, then torch 2.6 in its root.
 define TORCH_BENCH

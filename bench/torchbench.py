@@ -206,6 +206,9 @@ class Side:
     #: Every side started and not closed: a failure ends them all, so that
     #: no process is left behind stopped.
     live = []
+    #: The script each process runs (bench/torchmem.py's sides run it).
+    script = os.path.abspath(__file__)
+    prog = "torchbench"
 
     def __init__(self, backend, argvs):
         self.backend = backend
@@ -216,7 +219,7 @@ class Side:
         if backend:
             env["LD_PRELOAD"] = os.path.join(BUILD, "libdistautograd_torch.so")
         self.errs = [tempfile.TemporaryFile(mode="w+") for _ in argvs]
-        self.procs = [subprocess.Popen([sys.executable, __file__] + argv + [self.name], env=env,
+        self.procs = [subprocess.Popen([sys.executable, self.script] + argv + [self.name], env=env,
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
                       for argv, err in zip(argvs, self.errs)]
         self.lead = self.procs[0]
@@ -241,7 +244,7 @@ class Side:
         for err in self.errs:
             err.seek(0)
             msgs.append(err.read()[-4000:])
-        sys.exit("torchbench: a %s side failed (%s):\n%s" % (self.name, why, "\n".join(msgs)))
+        sys.exit("%s: a %s side failed (%s):\n%s" % (self.prog, self.name, why, "\n".join(msgs)))
 
     def ready(self, retry):
         """Waits for the side to start, then stops it. Raises PortTaken
