@@ -38,10 +38,10 @@ LIB     := $(BUILD)/libdistautograd.so
 # (the Go tests that check a build is current ask `make -s library-sources`).
 GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/layout/*.go))
 CSRC    := capi.c $(wildcard csrc/*.c) clock.c uncounted.c capi_internal.h capi_status.h capi_layout.h include/distautograd.h libdistautograd.map
-LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay scripts/go-runtime-tested scripts/go-toolchain
-# Every build of the library takes five lines of Go's runtime from this
-# overlay, for C threads that call into Go (docs/go-runtime.md says what and
-# why; build/go-runtime/STATUS whether each applied to this Go), where this
+LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay scripts/go-runtime-changes scripts/go-runtime-tested scripts/go-toolchain
+# Every build of the library takes the lines of Go's runtime that
+# scripts/go-runtime-changes gives, through this overlay, for C threads that
+# call into Go (docs/go-runtime.md says what and why; build/go-runtime/STATUS whether each applied to this Go), where this
 # Go's runtime is one the overlay was tested with (scripts/go-runtime-tested).
 # GO_RUNTIME_OVERLAY=0 builds with Go's runtime untouched: make
 # GO_RUNTIME_OVERLAY=0 [all, wheel, install, test...].
@@ -83,7 +83,7 @@ help: ## list the targets
 # As an installed library: the file libdistautograd.so.X.Y.Z, its soname
 # link libdistautograd.so.X (what programs load) and libdistautograd.so
 # (what -ldistautograd finds).
-$(OVERLAY): scripts/go-runtime-overlay scripts/go-runtime-tested $(GO_RUNTIME_SETTING) $(GO_RUNTIME_FILES)
+$(OVERLAY): scripts/go-runtime-overlay scripts/go-runtime-changes scripts/go-runtime-tested $(GO_RUNTIME_SETTING) $(GO_RUNTIME_FILES)
 	@scripts/go-runtime-overlay $(GO) $(dir $@)
 
 

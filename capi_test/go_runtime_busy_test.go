@@ -50,10 +50,8 @@ func runBusy(t *testing.T, env []string, bin string) busyCounts {
 // threads waiting for a P makes several hundred such calls a run at
 // GOMAXPROCS 1 against the unpatched build's tens, every time, and gets
 // through fewer passes, so the share of its passes never excuses it: Go's
-// monitor napping up to 10 ms while dozens of threads wait for a P
-// (monitor-backs-off-at-once without its condition on waiting threads,
-// and without monitor-serves-work-on-ps-in-c, which also hands such a
-// thread a P) fails it. docs/go-runtime.md has the figures. Passes are a
+// monitor napping up to 10 ms while dozens of threads wait for a P (one
+// that backs off at once after a wake, whatever waits) fails it. Passes are a
 // time figure and stay in make bench; here they only scale the unpatched
 // build's count to the patched build's work.
 //

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,160 +17,97 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The six lines of Go's runtime that scripts/go-runtime-overlay replaces
-// in every build of the library, read off its machine code, and its STATUS.
+// The lines of Go's runtime that scripts/go-runtime-overlay replaces in
+// every build of the library (scripts/go-runtime-changes, the one place
+// they are written), read off the builds' machine code, and its STATUS.
 
 // overlayChange is one of them: its name in STATUS, its file in
-// GOROOT/src/runtime and the line it replaces there.
-type overlayChange struct{ name, file, line string }
+// GOROOT/src/runtime, the line it replaces there and the line that
+// replaces it.
+type overlayChange struct{ name, file, line, new string }
 
-var (
-	waitWithoutLock       = overlayChange{"wait-without-lock", "cgocall.go", "\t\t<-main_init_done"}
-	callbackIsASchedule   = overlayChange{"callback-is-a-schedule", "cgocall.go", "\texitsyscall() // coming out of cgo call"}
-	monitorBacksOffAtOnce = overlayChange{"monitor-backs-off-at-once", "proc.go", "\t\t} else if idle > 50 { // start doubling the sleep after 1ms..."}
-	monitorFirstNapLong   = overlayChange{"monitor-first-nap-long", "proc.go", "\t\tif idle == 0 { // start with 20us sleep..."}
-	takeAPFromC           = overlayChange{"take-a-p-from-c", "proc.go", "\t// Try to get an idle P."}
-	monitorServesWork     = overlayChange{"monitor-serves-work-on-ps-in-c", "proc.go", "\t\tsysretake := false"}
-	overlayChanges        = []overlayChange{waitWithoutLock, callbackIsASchedule, monitorBacksOffAtOnce, monitorFirstNapLong, monitorServesWork, takeAPFromC} // in the script's order
-)
-
-// A call from C into Go takes no lock that every thread shares: the
-// library's runtime waits for its package initialization with a receive
-// that reads the closed channel without its lock (Go 1.26's blocking one
-// locked it on every call). In runtime.cgocallbackg1 of each build of the
-// library: a blocking receive (chanrecv1) only behind a non-blocking one
-// (selectnbrecv). A build that did not take the change has no
-// non-blocking receive there (Go 1.27 checks an atomic flag instead).
-func TestCallsFromCTakeNoSharedLock(t *testing.T) {
-	t.Parallel()
-	goTool, applied := requireOverlay(t, waitWithoutLock)
-	for _, rel := range overlaidLibraries {
-		calls := callees(objdump(t, goTool, rel, "runtime.cgocallbackg1"))
-		require.NotEmpty(t, calls, "%s: no runtime.cgocallbackg1 found", rel)
-		nonBlocking := false
-		for _, c := range calls {
-			switch c {
-			case "runtime.selectnbrecv":
-				nonBlocking = true
-			case "runtime.chanrecv1":
-				if applied {
-					assert.True(t, nonBlocking, "%s: every call from C into Go makes a blocking channel receive (a lock all threads share); calls: %v", rel, calls)
-				}
+// readOverlayChanges parses a changes file as scripts/go-runtime-overlay
+// does: "change NAME FILE", then "-" and the line, then "+" and its
+// replacement.
+func readOverlayChanges(t *testing.T, path string) []overlayChange {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var changes []overlayChange
+	for _, l := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(l, "change "):
+			f := strings.Fields(l)
+			require.Len(t, f, 3, "%s: %q is not change NAME FILE", path, l)
+			changes = append(changes, overlayChange{name: f[1], file: f[2]})
+		case strings.HasPrefix(l, "-"), strings.HasPrefix(l, "+"):
+			require.NotEmpty(t, changes, "%s: %q before any change line", path, l)
+			c := &changes[len(changes)-1]
+			if l[0] == '-' {
+				require.Empty(t, c.line, "%s: %s has two lines to replace", path, c.name)
+				c.line = l[1:]
+			} else {
+				require.NotEmpty(t, c.line, "%s: %s's new line comes before its old one", path, c.name)
+				require.Empty(t, c.new, "%s: %s has two new lines", path, c.name)
+				c.new = l[1:]
 			}
+		case l == "" || strings.HasPrefix(l, "#"):
+		default:
+			require.Fail(t, "not a line of a changes file", "%s: %q", path, l)
 		}
-		assert.Equal(t, applied, nonBlocking, "%s: a non-blocking receive in runtime.cgocallbackg1, where the build took wait-without-lock (%v); calls: %v", rel, applied, calls)
 	}
-}
-
-// A call from C into Go counts as a schedule of the P it runs on: its
-// scheduler tick moves, so Go's monitor takes the P back from a C thread by
-// the rules of a system call, not as from a goroutine that ran 10 ms. In
-// runtime.cgocallbackg of each build: on the line of its call of
-// exitsyscall, an increment of memory (the P's schedtick) after the call;
-// none in a build that did not take the change.
-func TestCallsFromCMoveTheirPsTick(t *testing.T) {
-	t.Parallel()
-	goTool, applied := requireOverlay(t, callbackIsASchedule)
-	for _, rel := range overlaidLibraries {
-		listing := objdump(t, goTool, rel, "runtime.cgocallbackg")
-		exitLine, incremented := "", false
-		for _, ins := range listing {
-			switch {
-			case strings.HasPrefix(ins.text, "CALL runtime.exitsyscall(SB)"):
-				exitLine = ins.line
-			case exitLine != "" && ins.line == exitLine && strings.HasPrefix(ins.text, "INCL "):
-				incremented = true
-			}
-		}
-		require.NotEmpty(t, exitLine, "%s: runtime.cgocallbackg calls no runtime.exitsyscall", rel)
-		assert.Equal(t, applied, incremented, "%s: runtime.cgocallbackg increments the P's tick after exitsyscall (%s) where the build took callback-is-a-schedule (%v):\n%v", rel, exitLine, applied, listing)
+	for _, c := range changes {
+		require.True(t, c.line != "" && c.new != "", "%s: %s lacks its line or its new line", path, c.name)
 	}
+	return changes
 }
 
-// Go's monitor backs off at once after a wake, unless a thread waits for a
-// P: in runtime.sysmon of each build, the comparison of idle with 50 and
-// the doubling of the nap (a shift) are on the one line of the change (Go
-// 1.26 as shipped doubles on the line after its comparison; backing off at
-// once whatever waits compared idle with 0, not 50).
-func TestMonitorBacksOffAtOnce(t *testing.T) {
-	t.Parallel()
-	onOverlaidLine(t, monitorBacksOffAtOnce, "unless a thread waits for a P", "runtime.sysmon", func(rel, line string, onLine []string) {
-		assert.True(t, hasInstruction(onLine, "CMPQ ", "$0x32") && hasInstruction(onLine, "SHLL ", ""),
-			"%s: runtime.sysmon's %s neither compares idle with 50 nor doubles the nap: %v", rel, line, onLine)
-	})
-}
-
-// After a wake, Go's monitor naps 2.56 ms first unless a thread waits for
-// a P: in runtime.sysmon of each build, the change's line stores the nap
-// of 2,560 us ($0xa00), and not Go's first nap of 20 us, which stays on
-// the line after it for a waiting thread.
-func TestMonitorFirstNapLong(t *testing.T) {
-	t.Parallel()
-	onOverlaidLine(t, monitorFirstNapLong, "a first nap of 2.56 ms", "runtime.sysmon", func(rel, line string, onLine []string) {
-		assert.True(t, hasInstruction(onLine, "MOVL $0xa00, ", ""), "%s: runtime.sysmon's %s stores no first nap of 2,560 us: %v", rel, line, onLine)
-		assert.False(t, hasInstruction(onLine, "MOVL $0x14, ", ""), "%s: runtime.sysmon's %s stores a nap of 20 us on the change's own line: %v", rel, line, onLine)
-	})
-}
-
-// Go's monitor takes a P from a thread out in C, however often that thread
-// calls, when a timer of the P is due or a goroutine waits on its queue: in
-// runtime.retake of each build, the line of the change compares the P's
-// next timer with the time of the look (Go 1.26 sets sysretake false there).
-func TestMonitorServesWorkOnPsInC(t *testing.T) {
-	t.Parallel()
-	onOverlaidLine(t, monitorServesWork, "work waits on pp", "runtime.retake", func(rel, line string, onLine []string) {
-		assert.True(t, hasInstruction(onLine, "CMPQ ", ""), "%s: runtime.retake's %s compares nothing (no timer read): %v", rel, line, onLine)
-	})
-}
-
-// onOverlaidLine calls check with the instructions of function fn that
-// came from the line of the overlay's copy that has piece (change's line),
-// in each build, where the builds took change; a build that did not has no
-// such line to read (requireOverlay checks why).
-func onOverlaidLine(t *testing.T, change overlayChange, piece, fn string, check func(rel, line string, onLine []string)) {
+// overlayChanges are the library's, from scripts/go-runtime-changes.
+func overlayChanges(t *testing.T) []overlayChange {
 	t.Helper()
-	goTool, applied := requireOverlay(t, change)
-	if !applied {
-		return
-	}
-	line := overlaidLine(t, change, piece)
-	for _, rel := range overlaidLibraries {
-		check(rel, line, instructionsOn(t, goTool, rel, fn, line))
-	}
+	return readOverlayChanges(t, filepath.Join(repoRoot(t), "scripts", "go-runtime-changes"))
 }
 
-// hasInstruction reports whether an instruction of onLine begins with prefix and ends
-// with suffix.
-func hasInstruction(onLine []string, prefix, suffix string) bool {
-	return slices.ContainsFunc(onLine, func(s string) bool { return strings.HasPrefix(s, prefix) && strings.HasSuffix(s, suffix) })
-}
-
-// instructionsOn returns the instructions of function fn in the build rel
-// that came from source line line ("file:N").
-func instructionsOn(t *testing.T, goTool, rel, fn, line string) []string {
+// overlayChangeNamed returns the library's change of that name.
+func overlayChangeNamed(t *testing.T, name string) overlayChange {
 	t.Helper()
-	var onLine []string
-	for _, ins := range objdump(t, goTool, rel, fn) {
-		if ins.line == line {
-			onLine = append(onLine, ins.text)
+	for _, c := range overlayChanges(t) {
+		if c.name == name {
+			return c
 		}
 	}
-	return onLine
+	require.Fail(t, "scripts/go-runtime-changes has no change "+name)
+	return overlayChange{}
 }
 
-// overlaidLine returns "file:N", the line of the overlay's copy of
-// change's file that holds the replacement, found by a piece of its text.
-func overlaidLine(t *testing.T, change overlayChange, piece string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "build", "go-runtime", change.file+".overlay"))
-	require.NoError(t, err, "make writes the overlay's copy of %s", change.file)
-	for i, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, piece) {
-			return fmt.Sprintf("%s:%d", change.file, i+1)
-		}
+// Every change of the overlay, and only those, is in docs/go-runtime.md's
+// table of changes kept, and in the build's STATUS, in order; each new
+// line is marked as the overlay's, so a traceback through it says where
+// it came from.
+func TestOverlayChangesDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "go-runtime.md"))
+	require.NoError(t, err)
+	var names []string
+	for _, c := range overlayChanges(t) {
+		names = append(names, c.name)
+		assert.Contains(t, string(doc), c.name, "docs/go-runtime.md says nothing of %s", c.name)
+		assert.Contains(t, c.new, "distautograd: scripts/go-runtime-overlay", "%s's new line is not marked", c.name)
 	}
-	require.Fail(t, "no line of the overlay's "+change.file+" has "+piece)
-	return ""
+	var status []string
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, filepath.Join(repoRoot(t), "build", "go-runtime", "STATUS"))), "\n") {
+		name, _, _ := strings.Cut(line, ": ")
+		status = append(status, name)
+	}
+	assert.Equal(t, names, status, "build/go-runtime/STATUS's changes are scripts/go-runtime-changes's")
+}
+
+// readFile returns a file's text.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
 }
 
 // A C thread that calls into Go and finds no P of its own and none idle
@@ -181,7 +119,7 @@ func overlaidLine(t *testing.T, change overlayChange, piece string) string {
 // alone in a build that did not take the change.
 func TestCallsFromCTakeAPFromC(t *testing.T) {
 	t.Parallel()
-	goTool, applied := requireOverlay(t, takeAPFromC)
+	goTool, applied := requireOverlay(t, overlayChangeNamed(t, "take-a-p-from-c"))
 	for _, rel := range overlaidLibraries {
 		listing := objdump(t, goTool, rel, "runtime.exitsyscallTryGetP")
 		attempts := 0
@@ -291,25 +229,41 @@ func callees(listing []instruction) []string {
 }
 
 // scripts/go-runtime-overlay against other Gos (a stand-in go command and
-// GOROOT, and a list of tested runtime files): where every file it changes
-// is on the list (by its hash, under one Go), a line found once is
-// replaced, line for line; a line found twice or not at all is left as it
-// is and STATUS says so. A Go whose files are not all on the list, or a
-// build with GO_RUNTIME_OVERLAY=0, takes none, and one line on stderr says
-// so. --without=NAME leaves that change out (the reproducers' builds), and
-// a name that is no change's is refused. The overlay names only the files
-// that changed and is valid JSON; BUILT_WITH says name=1 or name=0 for each
-// change, in order.
+// GOROOT, a list of tested runtime files, and changes of its own: three,
+// in two files, through GO_RUNTIME_CHANGES; and the library's own): where
+// every file it changes is on the list (by its hash, under one Go), a line
+// found once is replaced, line for line; a line found twice or not at all
+// is left as it is and STATUS says so. A Go whose files are not all on the
+// list, or a build with GO_RUNTIME_OVERLAY=0, takes none, and one line on
+// stderr says so. --without=NAME leaves that change out (make
+// without-lib's builds), and a name that is no change's is refused. The
+// overlay names only the files that changed and is valid JSON; BUILT_WITH
+// says name=1 or name=0 for each change, in order.
 func TestOverlayScriptOnOtherGos(t *testing.T) {
 	t.Parallel()
 	script := filepath.Join(repoRoot(t), "scripts", "go-runtime-overlay")
-	wait, callback, monitor, firstNap, take, serve := waitWithoutLock.line, callbackIsASchedule.line, monitorBacksOffAtOnce.line, monitorFirstNapLong.line, takeAPFromC.line, monitorServesWork.line
-	asGo126 := map[string]string{
-		"cgocall.go": "package runtime\n" + wait + "\n" + callback + "\n",
-		"proc.go":    "package runtime\n" + firstNap + "\n" + monitor + "\n" + take + "\n" + serve + "\n"}
-	all := []string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "monitor-first-nap-long", "monitor-serves-work-on-ps-in-c", "take-a-p-from-c"}
+	ours := filepath.Join(t.TempDir(), "changes")
+	require.NoError(t, os.WriteFile(ours, []byte("# three changes, two files\n"+
+		"change first a.go\n-\tx := 1 // first\n+\tx := 2 // first (distautograd: scripts/go-runtime-overlay)\n"+
+		"change second a.go\n-\t\ty := f()\n+\t\ty := g() // (distautograd: scripts/go-runtime-overlay)\n"+
+		"change third b.go\n-// third\n+var third = 3 // (distautograd: scripts/go-runtime-overlay)\n"), 0o644))
+	synthetic := readOverlayChanges(t, ours)
+	require.Len(t, synthetic, 3)
+	first, second, third := synthetic[0].line, synthetic[1].line, synthetic[2].line
+	asTested := map[string]string{
+		"a.go": "package runtime\n" + second + "\n" + first + "\n",
+		"b.go": "package runtime\n" + third + "\n"}
+	libChanges := overlayChanges(t)
+	realFiles := map[string]string{}
+	var realNames []string
+	for _, c := range libChanges {
+		realFiles[c.file] += c.line + "\n"
+		realNames = append(realNames, c.name)
+	}
+	all := []string{"first", "second", "third"}
 	for _, tc := range []struct {
 		name    string
+		changes []overlayChange   // nil: ours
 		files   map[string]string // runtime file: its text (absent: missing)
 		tested  map[string]string // the tested list's text of each file (absent: as in files)
 		off     bool              // GO_RUNTIME_OVERLAY=0
@@ -319,26 +273,28 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 		changed []string // files in the overlay
 		stderr  string   // the line on stderr when none applies
 	}{
-		{name: "as Go 1.26", files: asGo126, applied: all, changed: []string{"cgocall.go", "proc.go"}},
+		{name: "the library's changes", changes: libChanges, files: realFiles, applied: realNames, changed: slices.Sorted(maps.Keys(realFiles))},
+		{name: "as tested", files: asTested, applied: all, changed: []string{"a.go", "b.go"}},
 		{name: "a line twice", files: map[string]string{
-			"cgocall.go": "package runtime\n" + wait + "\n" + wait + "\n" + callback + "\n",
-			"proc.go":    "package runtime\n"},
-			applied: []string{"callback-is-a-schedule"}, changed: []string{"cgocall.go"}},
+			"a.go": "package runtime\n" + first + "\n" + first + "\n" + second + "\n",
+			"b.go": "package runtime\n"},
+			applied: []string{"second"}, changed: []string{"a.go"}},
 		{name: "one of a file's two lines", files: map[string]string{
-			"cgocall.go": "package runtime\n",
-			"proc.go":    "package runtime\n" + monitor + "\n" + take + "\n" + take + "\n"},
-			applied: []string{"monitor-backs-off-at-once"}, changed: []string{"proc.go"}},
-		{name: "untested: a file differs from the list's", files: asGo126,
-			tested: map[string]string{"proc.go": "package runtime\n" + monitor + "\n" + take + "\n// another Go\n"},
+			"a.go": "package runtime\n" + first + "\n",
+			"b.go": "package runtime\n" + third + "\n" + third + "\n"},
+			applied: []string{"first"}, changed: []string{"a.go"}},
+		{name: "untested: a file differs from the list's", files: asTested,
+			tested: map[string]string{"b.go": "package runtime\n" + third + "\n// another Go\n"},
 			stderr: "go-runtime-overlay: go1.99.0's runtime is not one the overlay was tested with"},
-		{name: "untested: a file missing", files: map[string]string{"proc.go": asGo126["proc.go"]},
+		{name: "untested: a file missing", files: map[string]string{"a.go": asTested["a.go"]},
 			stderr: "go-runtime-overlay: go1.99.0's runtime is not one the overlay was tested with"},
-		{name: "switched off", files: asGo126, off: true,
+		{name: "switched off", files: asTested, off: true,
 			stderr: "go-runtime-overlay: switched off (GO_RUNTIME_OVERLAY=0): Go's runtime as it is"},
-		{name: "without one change", files: asGo126, args: []string{"--without=monitor-serves-work-on-ps-in-c"},
-			applied: []string{"wait-without-lock", "callback-is-a-schedule", "monitor-backs-off-at-once", "monitor-first-nap-long", "take-a-p-from-c"},
-			changed: []string{"cgocall.go", "proc.go"}},
-		{name: "without a change that is none", files: asGo126, args: []string{"--without=no-such-change"}, refused: true,
+		{name: "without one change", files: asTested, args: []string{"--without=second"},
+			applied: []string{"first", "third"}, changed: []string{"a.go", "b.go"}},
+		{name: "without a file's every change", files: asTested, args: []string{"--without=third"},
+			applied: []string{"first", "second"}, changed: []string{"a.go"}},
+		{name: "without a change that is none", files: asTested, args: []string{"--without=no-such-change"}, refused: true,
 			stderr: "go-runtime-overlay: --without=no-such-change: no change has that name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -359,7 +315,11 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 			fakeGo := filepath.Join(t.TempDir(), "go")
 			require.NoError(t, os.WriteFile(fakeGo, []byte("#!/bin/sh\ncase \"$2\" in GOROOT) echo '"+goroot+"';; GOVERSION) echo go1.99.0;; esac\n"), 0o755))
 			cmd := exec.Command(script, append([]string{fakeGo, out}, tc.args...)...)
-			cmd.Env = append(os.Environ(), "GO_RUNTIME_TESTED="+listFile, "GO_RUNTIME_OVERLAY=1")
+			changes, changesFile := synthetic, ours
+			if tc.changes != nil {
+				changes, changesFile = tc.changes, filepath.Join(repoRoot(t), "scripts", "go-runtime-changes")
+			}
+			cmd.Env = append(os.Environ(), "GO_RUNTIME_TESTED="+listFile, "GO_RUNTIME_OVERLAY=1", "GO_RUNTIME_CHANGES="+changesFile)
 			if tc.off {
 				cmd.Env = append(cmd.Env, "GO_RUNTIME_OVERLAY=0")
 			}
@@ -384,7 +344,7 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 			builtWith, err := os.ReadFile(filepath.Join(out, "BUILT_WITH"))
 			require.NoError(t, err)
 			var want []string
-			for _, change := range overlayChanges {
+			for _, change := range changes {
 				if slices.Contains(tc.applied, change.name) {
 					assert.Contains(t, string(status), change.name+": applied\n")
 					want = append(want, change.name+"=1")
@@ -412,11 +372,12 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, strings.Count(string(was), "\n"), strings.Count(string(now), "\n"), "line for line")
 				assert.Contains(t, string(now), "distautograd: scripts/go-runtime-overlay")
-				for _, change := range overlayChanges {
+				for _, change := range changes {
 					switch {
 					case change.file != name:
 					case slices.Contains(tc.applied, change.name):
 						assert.NotContains(t, string(now), change.line+"\n", "%s replaced", change.name)
+						assert.Contains(t, string(now), change.new+"\n", "%s's new line", change.name)
 					default:
 						assert.Equal(t, strings.Count(string(was), change.line+"\n"), strings.Count(string(now), change.line+"\n"),
 							"%s not applied: its line kept", change.name)
@@ -443,7 +404,8 @@ func TestOverlayTestedListHasThisGo(t *testing.T) {
 		t.Logf("%s is not on scripts/go-runtime-tested: its builds take no change of the runtime", fields[0])
 		return
 	}
-	for _, name := range []string{"cgocall.go", "proc.go"} {
+	for _, c := range overlayChanges(t) {
+		name := c.file
 		b, err := os.ReadFile(filepath.Join(fields[1], "src", "runtime", name))
 		require.NoError(t, err)
 		assert.Contains(t, string(list), fmt.Sprintf("\n%s %s %x\n", fields[0], name, sha256.Sum256(b)),

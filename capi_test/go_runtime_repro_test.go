@@ -17,9 +17,9 @@ import (
 // The reproducers of docs/go-runtime.md (scripts/go-runtime-repro: a Go
 // c-shared library and a C driver, nothing of distautograd's) build with
 // the Go that built the library: without the overlay of its runtime, with
-// it, and with it less change 5 (scripts/go-runtime-overlay
-// --without=monitor-serves-work-on-ps-in-c: the state change 5 fixes, where
-// a timer waits as long as a C thread loops). Each of the driver's modes
+// it, and with it less take-a-p-from-c (scripts/go-runtime-overlay
+// --without=take-a-p-from-c: what make without-lib builds to measure the
+// change). Each of the driver's modes
 // runs on each and reports its figures. How the figures compare is
 // docs/go-runtime.md's (timing is not asserted here); that the reproducers
 // build, run and report is, and that the timer mode's waits were made: all
@@ -37,26 +37,26 @@ func TestGoRuntimeReproducers(t *testing.T) {
 	var o struct{ Replace map[string]string }
 	require.NoError(t, json.Unmarshal(b, &o), "%s", b)
 
-	// The overlay less change 5, made as the library's was (the switch is
+	// The overlay less the change, made as the library's was (the switch is
 	// the first field of build/go-runtime/setting).
-	const five = "monitor-serves-work-on-ps-in-c"
+	const change = "take-a-p-from-c"
 	setting, err := os.ReadFile(filepath.Join(root, "build", "go-runtime", "setting"))
 	require.NoError(t, err)
 	without := t.TempDir()
-	cmd := exec.Command(filepath.Join(root, "scripts", "go-runtime-overlay"), goTool, without, "--without="+five)
+	cmd := exec.Command(filepath.Join(root, "scripts", "go-runtime-overlay"), goTool, without, "--without="+change)
 	cmd.Env = append(os.Environ(), strings.Fields(string(setting))[0])
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go-runtime-overlay --without=%s: %s", five, out)
+	require.NoError(t, err, "go-runtime-overlay --without=%s: %s", change, out)
 	libraryStatus, err := os.ReadFile(filepath.Join(root, "build", "go-runtime", "STATUS"))
 	require.NoError(t, err)
 	withoutStatus, err := os.ReadFile(filepath.Join(without, "STATUS"))
 	require.NoError(t, err)
 	for _, l := range strings.Split(strings.TrimSpace(string(libraryStatus)), "\n") {
-		if strings.HasPrefix(l, five+": ") {
-			assert.Contains(t, string(withoutStatus), five+": not applied: ")
-			assert.NotContains(t, string(withoutStatus), five+": applied\n")
+		if strings.HasPrefix(l, change+": ") {
+			assert.Contains(t, string(withoutStatus), change+": not applied: ")
+			assert.NotContains(t, string(withoutStatus), change+": applied\n")
 		} else {
-			assert.Contains(t, string(withoutStatus), l+"\n", "the overlay less %s has every other change as the library's", five)
+			assert.Contains(t, string(withoutStatus), l+"\n", "the overlay less %s has every other change as the library's", change)
 		}
 	}
 
@@ -69,7 +69,7 @@ func TestGoRuntimeReproducers(t *testing.T) {
 	}{
 		{"without the overlay", nil},
 		{"with the overlay", []string{"-overlay", overlay}},
-		{"with the overlay less " + five, []string{"-overlay", filepath.Join(without, "overlay.json")}},
+		{"with the overlay less " + change, []string{"-overlay", filepath.Join(without, "overlay.json")}},
 	} {
 		t.Run(build.name, func(t *testing.T) {
 			t.Parallel()
@@ -90,8 +90,8 @@ func TestGoRuntimeReproducers(t *testing.T) {
 			require.NoError(t, err, "gcc: %s", out)
 
 			// timer: one looping thread on GOMAXPROCS=1, the shape where a
-			// runtime without change 5 starves the timer; the loop stops
-			// after 2 s at most.
+			// runtime that moves a P's scheduler tick on every call from C
+			// starves the timer; the loop stops after 2 s at most.
 			for _, m := range []struct{ mode, threads, procs, ms string }{
 				{"loop", "2", "2", "200"}, {"sparse", "1", "2", "200"}, {"turns", "16", "2", "200"}, {"mixed", "4", "2", "200"}, {"timer", "1", "1", "2000"}} {
 				r := runEnv(t, []string{"GOMAXPROCS=" + m.procs}, driver, m.mode, m.threads, m.ms)

@@ -253,11 +253,11 @@ func responsivenessLibrary(t *testing.T) []string {
 // the next, whichever runtime; in the same program run against build/nooverlay
 // twice, a try found one build past the other's bound in about one pattern
 // in twenty, never the same measure twice running. A runtime that starves
-// a timer or starts goroutines late does so in every run: the overlay's
-// first nap of 2.56 ms after the monitor wakes (monitor-first-nap-long)
-// made a retry 1.6 ms late and a delivery's p99 5-10 ms, against 0.1 ms
-// and 0.4-2 ms as shipped, in every run of eight bursting threads at
-// GOMAXPROCS=1 (docs/go-runtime.md has the figures).
+// a timer or starts goroutines late does so in every run: a monitor whose
+// first nap after a wake was 2.56 ms made a retry 1.6 ms late and a
+// delivery's p99 5-10 ms, against 0.1 ms and 0.4-2 ms as shipped, in every
+// run of eight bursting threads at GOMAXPROCS=1
+// (docs/perf-data/2026-12-06-go-runtime-changes.txt has such figures).
 //
 // A build that took no change of the runtime (GO_RUNTIME_OVERLAY=0) is the
 // build as shipped: nothing to compare, the test skips.

@@ -60,11 +60,9 @@ func readStressCounts(t *testing.T, stderr string) stressCounts {
 // again, up to three times: the test fails only if the patched runtime is
 // worse every time. (A runtime that makes calls wait has more slow calls
 // and makes fewer: worse both ways.)
-// A monitor that backs off while dozens of threads wait for a P (the
-// overlay's monitor-backs-off-at-once without its condition on waiting
-// threads) makes calls wait where the unpatched runtime does not
-// (docs/go-runtime.md has the figures; make bench's runtime level measures
-// it).
+// A monitor that backs off while dozens of threads wait for a P makes
+// calls wait where the unpatched runtime does not (make bench's runtime
+// level measures such waits).
 func TestRuntimeStress(t *testing.T) {
 	t.Parallel()
 	bin := buildC(t, "c/runtime_stress.c", "-lpthread")

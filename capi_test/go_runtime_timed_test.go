@@ -60,11 +60,12 @@ const timedPromisesVerdict = `
 // to run, whichever runtime; so the comparison allows twice the unpatched
 // time plus a second, and a configuration that exceeds it is run again, up
 // to three times: it fails only if the patched runtime is slower every
-// time. A runtime that starves the timers (the overlay's schedtick change
-// without monitor-serves-work-on-ps-in-c) fails it at GOMAXPROCS=1 every
+// time. A runtime that starves the timers (one that moves a P's
+// scheduler tick on every call from C, so the monitor never takes the P
+// back from a looping thread) fails it at GOMAXPROCS=1 every
 // time on a loaded machine, where only the system descheduling the looping
 // thread lets its timers run at all, and never ends on an idle one
-// (docs/go-runtime.md has the figures).
+// (docs/perf-data/2026-12-06-go-runtime-changes.txt has such figures).
 func TestTimedPromisesHoldBesideLoopingCallers(t *testing.T) {
 	t.Parallel()
 	bin := buildC(t, "c/timed_promises.c", "-lpthread")
