@@ -167,6 +167,22 @@ def report(out: str, rank: int) -> dict:
         return json.load(f)
 
 
+def both_ways(make_job, scenario) -> dict:
+    """Runs scenario(job) on make_job(False), a native job, then on
+    make_job(True), one under the backend, closing each after: their
+    results by backend. A failed assertion names the side and carries the
+    job's logs (job.out)."""
+    out = {}
+    for backend in (False, True):
+        j = make_job(backend)
+        try:
+            out[backend] = scenario(j)
+        except AssertionError as e:
+            raise AssertionError("%s (backend=%s); logs:\n%s" % (e, backend, logs(j.out))) from None
+        j.close()
+    return out
+
+
 class BackendTest(unittest.TestCase):
     def setUp(self) -> None:
         problem = torch_problem()

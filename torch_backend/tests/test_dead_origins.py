@@ -38,7 +38,7 @@ import time
 import unittest
 
 from torch_backend.tests._driven import Driven
-from torch_backend.tests.test_backend import BackendTest, PYTHON, env, free_port, logs
+from torch_backend.tests.test_backend import BackendTest, PYTHON, both_ways, env, free_port, logs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -102,15 +102,7 @@ class DeadOriginTest(BackendTest):
         """Runs scenario(job) natively, then under the backend (each job's
         environment with extra, and each rank's with ranks[rank]): their
         results."""
-        out = {}
-        for backend in (False, True):
-            j = self.job(backend, ranks, **extra)
-            try:
-                out[backend] = scenario(j)
-            except AssertionError as e:
-                raise AssertionError("%s (backend=%s); logs:\n%s" % (e, backend, logs(j.out))) from None
-            j.close()
-        return out
+        return both_ways(lambda backend: self.job(backend, ranks, **extra), scenario)
 
 
 class TestKilledOrigin(DeadOriginTest):

@@ -41,7 +41,7 @@ import time
 import unittest
 
 from torch_backend.tests._driven import Driven
-from torch_backend.tests.test_backend import BUILD, BackendTest, PYTHON, TIMEOUT, env, free_port, in_ci, logs
+from torch_backend.tests.test_backend import BUILD, BackendTest, PYTHON, TIMEOUT, both_ways, env, free_port, in_ci, logs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "limits_job.py")
@@ -125,16 +125,12 @@ class Job:
 class LimitsTest(BackendTest):
     def both(self, scenario, **kw) -> dict:
         """scenario(job) natively, then under the backend: their results."""
-        out = {}
-        for backend in (False, True):
+        def make_job(backend):
             j = Job(os.path.join(self.tmp, "backend" if backend else "native"), backend, **kw)
             self.addCleanup(j.close)
-            try:
-                out[backend] = scenario(j)
-            except AssertionError as e:
-                raise AssertionError("%s (backend=%s); logs:\n%s" % (e, backend, logs(j.out))) from None
-            j.close()
-        return out
+            return j
+
+        return both_ways(make_job, scenario)
 
     def assert_backend_ready(self, job_ready: list) -> None:
         for got in job_ready:
