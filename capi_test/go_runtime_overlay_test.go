@@ -33,12 +33,17 @@ func readOverlayChanges(t *testing.T, path string) []overlayChange {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
+	require.NotContains(t, string(b), "\r", "%s: a carriage return", path)
 	var changes []overlayChange
 	for _, l := range strings.Split(string(b), "\n") {
 		switch {
 		case strings.HasPrefix(l, "change "):
 			f := strings.Fields(l)
 			require.Len(t, f, 3, "%s: %q is not change NAME FILE", path, l)
+			if n := len(changes); n > 0 && changes[n-1].file != f[2] {
+				require.False(t, slices.ContainsFunc(changes, func(c overlayChange) bool { return c.file == f[2] }),
+					"%s: %s's changes are not together", path, f[2])
+			}
 			changes = append(changes, overlayChange{name: f[1], file: f[2]})
 		case strings.HasPrefix(l, "-"), strings.HasPrefix(l, "+"):
 			require.NotEmpty(t, changes, "%s: %q before any change line", path, l)
@@ -246,9 +251,12 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 	require.NoError(t, os.WriteFile(ours, []byte("# three changes, two files\n"+
 		"change first a.go\n-\tx := 1 // first\n+\tx := 2 // first (distautograd: scripts/go-runtime-overlay)\n"+
 		"change second a.go\n-\t\ty := f()\n+\t\ty := g() // (distautograd: scripts/go-runtime-overlay)\n"+
-		"change third b.go\n-// third\n+var third = 3 // (distautograd: scripts/go-runtime-overlay)\n"), 0o644))
+		"change third b.go\n-\tprint(\"third\\n\")\n+\tprint(\"3\\n\\t\") // (distautograd: scripts/go-runtime-overlay)"), 0o644))
+	// The third's lines hold backslashes, as a runtime's print("...\\n")
+	// does, and the file ends without a newline: each taken as it is.
 	synthetic := readOverlayChanges(t, ours)
 	require.Len(t, synthetic, 3)
+	require.Equal(t, "\tprint(\"third\\n\")", synthetic[2].line)
 	first, second, third := synthetic[0].line, synthetic[1].line, synthetic[2].line
 	asTested := map[string]string{
 		"a.go": "package runtime\n" + second + "\n" + first + "\n",
@@ -410,5 +418,39 @@ func TestOverlayTestedListHasThisGo(t *testing.T) {
 		require.NoError(t, err)
 		assert.Contains(t, string(list), fmt.Sprintf("\n%s %s %x\n", fields[0], name, sha256.Sum256(b)),
 			"scripts/go-runtime-tested names %s, but not its %s as it is here", fields[0], name)
+	}
+}
+
+// A changes file the script cannot read as changes is refused, with its
+// file and line, before anything is written: a change that lacks a line,
+// a file's changes split by another's, a line that is none of the three.
+func TestOverlayScriptRefusesABadChangesFile(t *testing.T) {
+	t.Parallel()
+	script := filepath.Join(repoRoot(t), "scripts", "go-runtime-overlay")
+	goroot := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(goroot, "src", "runtime"), 0o755))
+	fakeGo := filepath.Join(t.TempDir(), "go")
+	require.NoError(t, os.WriteFile(fakeGo, []byte("#!/bin/sh\ncase \"$2\" in GOROOT) echo '"+goroot+"';; GOVERSION) echo go1.99.0;; esac\n"), 0o755))
+	for _, tc := range []struct{ name, text, why string }{
+		{"no new line", "change a a.go\n-x\n", ":2: a lacks its + line"},
+		{"a file's changes apart", "change a a.go\n-x\n+y\nchange b b.go\n-x\n+y\nchange c a.go\n-z\n+w\n", ":7: a.go's changes are not together"},
+		{"a stray line", "change a a.go\n-x\nx\n", ":3: not the + line that comes next: x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			changes := filepath.Join(t.TempDir(), "changes")
+			require.NoError(t, os.WriteFile(changes, []byte(tc.text), 0o644))
+			out := t.TempDir()
+			cmd := exec.Command(script, fakeGo, out)
+			cmd.Env = append(os.Environ(), "GO_RUNTIME_CHANGES="+changes, "GO_RUNTIME_OVERLAY=0")
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "%s", stderr.String())
+			assert.Equal(t, 2, exit.ExitCode())
+			assert.Contains(t, stderr.String(), "go-runtime-overlay: "+changes+tc.why)
+			_, err = os.Stat(filepath.Join(out, "overlay.json"))
+			assert.True(t, os.IsNotExist(err), "no overlay.json written")
+		})
 	}
 }
