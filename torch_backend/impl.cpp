@@ -1178,6 +1178,15 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_start(dat_start_a
   return 0;
 }
 
+// What the calls that write JSON for distautograd.torch return before
+// writing: 2 for bad arguments, 1 where the backend does not serve torch's
+// container in this process, 0 to go on.
+static int json_call_refused(const char* buf, size_t capacity, const size_t* length) {
+  if (length == nullptr || (buf == nullptr && capacity != 0))
+    return 2;
+  return started.load() ? 0 : 1;
+}
+
 // Whether the backend serves torch's container in this process (for
 // distautograd.torch.active()).
 extern "C" __attribute__((visibility("default"))) int dat_impl_active() { return started.load() ? 1 : 0; }
@@ -1190,10 +1199,8 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_active() { return
 // _get_debug_info() keeps torch's two keys.
 extern "C" __attribute__((visibility("default"))) int dat_impl_debug_info(char* buf, size_t capacity,
                                                                           size_t* length) {
-  if (length == nullptr || (buf == nullptr && capacity != 0))
-    return 2;
-  if (!started.load())
-    return 1;
+  if (int rc = json_call_refused(buf, capacity, length))
+    return rc;
   void* self = instance.load(std::memory_order_acquire);
   const int64_t made = counts.made.load(), destroyed = counts.destroyed.load();
   // Made and not yet destroyed: those torch still holds (a ContextPtr in
@@ -1269,10 +1276,8 @@ extern "C" __attribute__((visibility("default"))) int dat_impl_flush(int64_t tim
 // message).
 extern "C" __attribute__((visibility("default"))) int dat_impl_contexts(char* buf, size_t capacity,
                                                                         size_t* length) {
-  if (length == nullptr || (buf == nullptr && capacity != 0))
-    return 2;
-  if (!started.load())
-    return 1;
+  if (int rc = json_call_refused(buf, capacity, length))
+    return rc;
   int32_t worker = 0;
   if (dac_worker_id(&worker) != DAC_OK)
     return 3;  // not initialized: dac_last_error() says so, in torch's words
