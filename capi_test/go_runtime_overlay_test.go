@@ -86,9 +86,10 @@ func overlayChangeNamed(t *testing.T, name string) overlayChange {
 }
 
 // Every change of the overlay, and only those, is in docs/go-runtime.md's
-// table of changes kept, and in the build's STATUS, in order; each new
-// line is marked as the overlay's, so a traceback through it says where
-// it came from.
+// table of changes kept, and in the build's STATUS, in order; the doc
+// quotes the line each replaces and its replacement (less the trailing
+// comment) as scripts/go-runtime-changes has them; each new line is marked
+// as the overlay's, so a traceback through it says where it came from.
 func TestOverlayChangesDocumented(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "go-runtime.md"))
@@ -98,6 +99,10 @@ func TestOverlayChangesDocumented(t *testing.T) {
 		names = append(names, c.name)
 		assert.Contains(t, string(doc), c.name, "docs/go-runtime.md says nothing of %s", c.name)
 		assert.Contains(t, c.new, "distautograd: scripts/go-runtime-overlay", "%s's new line is not marked", c.name)
+		code, _, _ := strings.Cut(c.new, " // ")
+		for _, l := range []string{c.line, code} {
+			assert.Contains(t, string(doc), "    "+l+"\n", "docs/go-runtime.md does not quote %s's line as scripts/go-runtime-changes has it: %q", c.name, l)
+		}
 	}
 	var status []string
 	for _, line := range strings.Split(strings.TrimSpace(readFile(t, filepath.Join(repoRoot(t), "build", "go-runtime", "STATUS"))), "\n") {
@@ -138,6 +143,33 @@ func TestCallsFromCTakeAPFromC(t *testing.T) {
 		assert.Equal(t, want, attempts, "%s: runtime.exitsyscallTryGetP tries to take a P from a thread in C %d times, not %d (its old P, then any where the build took take-a-p-from-c: %v):\n%v", rel, attempts, want, applied, listing)
 		assert.Equal(t, applied, allp, "%s: runtime.exitsyscallTryGetP walks allp under allpLock where the build took take-a-p-from-c (%v):\n%v", rel, applied, listing)
 	}
+}
+
+// A C thread that calls in every 100 us keeps its P while another P is
+// idle and nothing waits (c/keeps_its_p.c, GOMAXPROCS=2): Go's own threads
+// sleep some 60 times, then once per 10 ms, where Go's runtime as shipped
+// takes the P back at every look of its monitor and wakes a thread for it,
+// some 10 times a millisecond. The same program against build/nooverlay
+// shows that figure (logged: on a loaded machine the monitor runs less
+// often, and its figure falls with it).
+func TestCallsFromCKeepTheirPWhileOneIsIdle(t *testing.T) {
+	t.Parallel()
+	_, applied := requireOverlay(t, overlayChangeNamed(t, "retake-only-for-work"))
+	bin := buildC(t, "c/keeps_its_p.c")
+	env := []string{"GOMAXPROCS=2"}
+	shipped := runEnv(t, append(unpatchedEnv(t), env...), bin)
+	require.Equal(t, 0, shipped.Code, "as shipped: stdout:\n%s\nstderr:\n%s", shipped.Stdout, shipped.Stderr)
+	t.Logf("as shipped (build/nooverlay): %s", strings.TrimSpace(shipped.Stderr))
+	r := runEnv(t, env, bin)
+	require.Equal(t, 0, r.Code, "stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
+	t.Logf("as built: %s", strings.TrimSpace(r.Stderr))
+	if !applied {
+		return
+	}
+	assertTranscript(t, `
+		every call worked: 1
+		Go's threads slept within the bound: 1
+	`, r.Stdout)
 }
 
 // The builds of the library that take the overlay (the sanitized one is

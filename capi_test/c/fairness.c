@@ -1,9 +1,10 @@
 /* fairness: THREADS threads call into Go in tight loops, more threads than
 ** Go has Ps (the Go test runs it with GOMAXPROCS=1): every one of them
-** makes progress. A call from C moves its P's scheduler tick only while no
-** goroutine waits to run (the library's go-runtime overlay), so a thread
-** that calls without pause cannot keep its P from the others: Go's monitor
-** takes it back after 10 ms, as it does from a goroutine that runs long.
+** makes progress. A call from C never moves its P's scheduler tick, so a
+** thread that calls without pause cannot keep its P from the others: with
+** no P idle, Go's monitor takes it back after 10 ms, as it does from a
+** goroutine that runs long (the overlay's retake-only-for-work keeps that
+** rule wherever no P is idle).
 ** The main thread waits until each has made CALLS calls, for 60 s at most. */
 #include "check.h"
 
