@@ -145,33 +145,6 @@ func TestCallsFromCTakeAPFromC(t *testing.T) {
 	}
 }
 
-// A C thread that calls in every 100 us keeps its P while another P is
-// idle and nothing waits (c/keeps_its_p.c, GOMAXPROCS=2): Go's own threads
-// sleep some 60 times, then once per 10 ms, where Go's runtime as shipped
-// takes the P back at every look of its monitor and wakes a thread for it,
-// some 10 times a millisecond. The same program against build/nooverlay
-// shows that figure (logged: on a loaded machine the monitor runs less
-// often, and its figure falls with it).
-func TestCallsFromCKeepTheirPWhileOneIsIdle(t *testing.T) {
-	t.Parallel()
-	_, applied := requireOverlay(t, overlayChangeNamed(t, "retake-only-for-work"))
-	bin := buildC(t, "c/keeps_its_p.c")
-	env := []string{"GOMAXPROCS=2"}
-	shipped := runEnv(t, append(unpatchedEnv(t), env...), bin)
-	require.Equal(t, 0, shipped.Code, "as shipped: stdout:\n%s\nstderr:\n%s", shipped.Stdout, shipped.Stderr)
-	t.Logf("as shipped (build/nooverlay): %s", strings.TrimSpace(shipped.Stderr))
-	r := runEnv(t, env, bin)
-	require.Equal(t, 0, r.Code, "stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
-	t.Logf("as built: %s", strings.TrimSpace(r.Stderr))
-	if !applied {
-		return
-	}
-	assertTranscript(t, `
-		every call worked: 1
-		Go's threads slept within the bound: 1
-	`, r.Stdout)
-}
-
 // The builds of the library that take the overlay (the sanitized one is
 // built from the same sources and overlay; its machine code differs).
 var overlaidLibraries = []string{"build/libdistautograd.so", "build/testing/libdistautograd.so"}

@@ -3,8 +3,7 @@
 ** makes progress. A call from C never moves its P's scheduler tick, so a
 ** thread that calls without pause cannot keep its P from the others: with
 ** no P idle, Go's monitor takes it back after 10 ms, as it does from a
-** goroutine that runs long (the overlay's retake-only-for-work keeps that
-** rule wherever no P is idle).
+** goroutine that runs long.
 ** The main thread waits until each has made CALLS calls, for 60 s at most. */
 #include "check.h"
 
