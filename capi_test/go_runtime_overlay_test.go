@@ -325,9 +325,7 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 			}
 			listFile := filepath.Join(t.TempDir(), "tested")
 			require.NoError(t, os.WriteFile(listFile, []byte(list), 0o644))
-			fakeGo := filepath.Join(t.TempDir(), "go")
-			require.NoError(t, os.WriteFile(fakeGo, []byte("#!/bin/sh\ncase \"$2\" in GOROOT) echo '"+goroot+"';; GOVERSION) echo go1.99.0;; esac\n"), 0o755))
-			cmd := exec.Command(script, append([]string{fakeGo, out}, tc.args...)...)
+			cmd := exec.Command(script, append([]string{standInGo(t, goroot), out}, tc.args...)...)
 			changes, changesFile := synthetic, ours
 			if tc.changes != nil {
 				changes, changesFile = tc.changes, filepath.Join(repoRoot(t), "scripts", "go-runtime-changes")
@@ -434,8 +432,7 @@ func TestOverlayScriptRefusesABadChangesFile(t *testing.T) {
 	script := filepath.Join(repoRoot(t), "scripts", "go-runtime-overlay")
 	goroot := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(goroot, "src", "runtime"), 0o755))
-	fakeGo := filepath.Join(t.TempDir(), "go")
-	require.NoError(t, os.WriteFile(fakeGo, []byte("#!/bin/sh\ncase \"$2\" in GOROOT) echo '"+goroot+"';; GOVERSION) echo go1.99.0;; esac\n"), 0o755))
+	fakeGo := standInGo(t, goroot)
 	for _, tc := range []struct{ name, text, why string }{
 		{"no new line", "change a a.go\n-x\n", ":2: a lacks its + line"},
 		{"a file's changes apart", "change a a.go\n-x\n+y\nchange b b.go\n-x\n+y\nchange c a.go\n-z\n+w\n", ":7: a.go's changes are not together"},
@@ -458,4 +455,13 @@ func TestOverlayScriptRefusesABadChangesFile(t *testing.T) {
 			assert.True(t, os.IsNotExist(err), "no overlay.json written")
 		})
 	}
+}
+
+// standInGo writes a go command that answers `go env GOROOT` with goroot
+// and `go env GOVERSION` with go1.99.0, all the overlay script asks of Go.
+func standInGo(t *testing.T, goroot string) string {
+	t.Helper()
+	goTool := filepath.Join(t.TempDir(), "go")
+	require.NoError(t, os.WriteFile(goTool, []byte("#!/bin/sh\ncase \"$2\" in GOROOT) echo '"+goroot+"';; GOVERSION) echo go1.99.0;; esac\n"), 0o755))
+	return goTool
 }
