@@ -412,11 +412,15 @@ bench-torch-memory: all ## RSS growth per pass of pytorch issue 61920's job (a m
 	else echo "bench-torch-memory: no torch 2.6 root (make torch-root): no torch 2.6 figures"; fi
 
 # The torch rows: this machine's torch 1.13, then torch 2.6 in its root.
+# Each torch's rows, then its training step by thread (bench/torchthreads.py;
+# TORCH_THREADS_FLAGS go to it).
 define TORCH_BENCH
-@if [ -n "$(HAVE_LIBTORCH)" ]; then $(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS); \
+@if [ -n "$(HAVE_LIBTORCH)" ]; then $(PYTHON) bench/torchbench.py $(TORCH_BENCH_FLAGS) && \
+  $(PYTHON) bench/torchthreads.py $(TORCH_THREADS_FLAGS); \
 else echo "bench: no libtorch-dev: no torch 1.13 rows"; fi
 @if [ -n "$(TORCH_ROOT)" ]; then \
   echo "scripts/torch-root run $(TORCH_ROOT_RELEASE) ... python3 bench/torchbench.py $(TORCH_BENCH_FLAGS)"; \
-  scripts/torch-root run $(TORCH_ROOT_RELEASE) --bind $(CURDIR) --cd $(CURDIR) -- python3 bench/torchbench.py $(TORCH_BENCH_FLAGS); \
+  scripts/torch-root run $(TORCH_ROOT_RELEASE) --bind $(CURDIR) --cd $(CURDIR) -- python3 bench/torchbench.py $(TORCH_BENCH_FLAGS) && \
+  scripts/torch-root run $(TORCH_ROOT_RELEASE) --bind $(CURDIR) --cd $(CURDIR) -- python3 bench/torchthreads.py $(TORCH_THREADS_FLAGS); \
 else echo "bench: no torch 2.6 root (make torch-root): no torch 2.6 rows"; fi
 endef

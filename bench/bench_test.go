@@ -489,3 +489,30 @@ func TestGoRuntimeChanges(t *testing.T) {
 		}
 	}
 }
+
+// The training step by thread: a table per torch entry, the step's medians
+// and ratio above it, a total row under it; an entry without rows or not
+// of the shape expected writes nothing.
+func TestPrintTorchThreads(t *testing.T) {
+	entry := `{"torch": "1.13", "step_ns": {"native": 10000000, "backend": 10500000}, "pairs": 2, "rounds": 3, "steps": 20,
+	  "rows": [{"threads": "main thread", "native": {"count": 3, "cpu_us": 100, "wait_us": 10, "voluntary": 6, "involuntary": 1},
+	                                      "backend": {"count": 3, "cpu_us": 110, "wait_us": 12, "voluntary": 6.5, "involuntary": 1}},
+	           {"threads": "go runtime", "native": {"count": 0}, "backend": {"count": 15, "cpu_us": 270, "wait_us": 2000, "voluntary": 23, "involuntary": 3}}]}`
+	var out strings.Builder
+	printTorchThreads(&out, []json.RawMessage{json.RawMessage(entry), json.RawMessage(`{"torch": "2.6"}`), json.RawMessage(`[1]`)})
+	got := out.String()
+	for _, want := range []string{
+		"#### The training step by thread, torch 1.13 (bench/torchthreads.py, 2 pairs of 3 rounds of 20 steps)\n",
+		"Median step: torch as built 10.00 ms, under the backend 10.50 ms (1.05). ",
+		"| main thread | 3 / 3 | 100 / 110 | 10 / 12 | 6.0 / 6.5 | 1.0 / 1.0 |\n",
+		"| go runtime | 0 / 15 | 0 / 270 | 0 / 2000 | 0.0 / 23.0 | 0.0 / 3.0 |\n",
+		"| all | 3 / 18 | 100 / 380 | 10 / 2012 | 6.0 / 29.5 | 1.0 / 4.0 |\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
+	if strings.Count(got, "####") != 1 {
+		t.Errorf("want one table, got\n%s", got)
+	}
+}

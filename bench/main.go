@@ -118,6 +118,8 @@ type Report struct {
 	Memory  Memory      `json:"memory"`
 	// The runtime level: one object per run of bench/busythreads (Busy).
 	Runtime []json.RawMessage `json:"runtime,omitempty"`
+	// The training step by thread: an entry per torch (TorchThreads).
+	TorchThreads []json.RawMessage `json:"torch_threads,omitempty"`
 }
 
 // Memory is the memory figures of a run.

@@ -209,6 +209,7 @@ func PrintTables(w io.Writer, rep Report) {
 			}
 		}
 	}
+	printTorchThreads(w, rep.TorchThreads)
 	if len(rep.Memory.Live)+len(rep.Memory.Cycles) > 0 {
 		fmt.Fprintln(w, "\n#### Memory (one process per measurement)")
 		fmt.Fprintln(w)

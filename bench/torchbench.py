@@ -309,20 +309,49 @@ class Side:
         Side.live.remove(self)
 
 
+def start_pair(argvs, kind=None):
+    """A native and a backend side of kind (Side or a subclass), both
+    ready; argvs() gives each side's process arguments (new ports each
+    time: a pair whose port was taken starts again)."""
+    kind = kind or Side
+    for attempt in range(START_TRIES):
+        sides = [kind(False, argvs()), kind(True, argvs())]
+        try:
+            for s in sides:
+                s.ready(retry=attempt + 1 < START_TRIES)
+            return sides
+        except PortTaken:
+            print("%s: a side's port was taken before it bound it: the pair starts again" % kind.prog,
+                  file=sys.stderr)
+            for s in sides:
+                s.kill()
+    raise AssertionError("unreachable")
+
+
+#: Where each served torch other than the host's runs: the Debian release
+#: of its root (scripts/torch-root).
+ROOTS = {"2.6": "trixie"}
+
+
+def in_root(version, script, args, prog):
+    """Runs script with args in the root whose torch is version; returns
+    its exit status."""
+    release = ROOTS.get(version)
+    if release is None:
+        sys.exit("%s: no root for torch %s (%s)" % (prog, version, ", ".join(sorted(ROOTS))))
+    tool = os.path.join(ROOT, "scripts", "torch-root")
+    if subprocess.run([tool, "path", release], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
+        sys.exit("%s: no torch %s root: make torch-root" % (prog, version))
+    argv = [tool, "run", release, "--bind", ROOT, "--cd", ROOT, "--", "python3", script] + args
+    print("%s: %s" % (prog, " ".join(argv)), file=sys.stderr)
+    return subprocess.run(argv).returncode
+
+
 def run_pair(argvs, ops, rounds):
     """Starts a native and a backend side, runs the rounds, and returns each
     op's chunk figures and round ratios by its key."""
     figures = {}
-    for attempt in range(START_TRIES):
-        sides = [Side(False, argvs()), Side(True, argvs())]
-        try:
-            for s in sides:
-                s.ready(retry=attempt + 1 < START_TRIES)
-            break
-        except PortTaken:
-            print("torchbench: a side's port was taken before it bound it: the pair starts again", file=sys.stderr)
-            for s in sides:
-                s.kill()
+    sides = start_pair(argvs)
     for r in range(rounds):
         for i, (_, key, k, batches) in enumerate(ops):
             got = {}

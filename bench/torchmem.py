@@ -71,9 +71,6 @@ except ImportError:  # --torch 2.6 from a Python without torch runs it in the ro
 
 ROOT = torchbench.ROOT
 BUILD = torchbench.BUILD
-#: Where each torch the backend serves is: None for this machine, else the
-#: Debian root's release (scripts/torch-root).
-WHERE = {"1.13": None, "2.6": "trixie"}
 FORWARDS = 20
 NAMES = ("trainer", "model")
 
@@ -350,32 +347,6 @@ def slope(xs, ys):
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
 
 
-def start(argv):
-    for attempt in range(torchbench.START_TRIES):
-        jobs = [Job(False, argv()), Job(True, argv())]
-        try:
-            for j in jobs:
-                j.ready(retry=attempt + 1 < torchbench.START_TRIES)
-            return jobs
-        except torchbench.PortTaken:
-            print("torchmem: a job's port was taken before it bound it: the jobs start again", file=sys.stderr)
-            for j in jobs:
-                j.kill()
-    raise AssertionError("unreachable")
-
-
-def in_root(version, args):
-    """Runs this script with the same arguments in the root whose torch is
-    version; returns its exit status."""
-    release = WHERE[version]
-    tool = os.path.join(ROOT, "scripts", "torch-root")
-    if subprocess.run([tool, "path", release], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode:
-        sys.exit("torchmem: no torch %s root: make torch-root" % version)
-    argv = [tool, "run", release, "--bind", ROOT, "--cd", ROOT, "--", "python3", os.path.abspath(__file__)] + args
-    print("torchmem: " + " ".join(argv), file=sys.stderr)
-    return subprocess.run(argv).returncode
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--torch", help="the torch to run it with (1.13 here, 2.6 in its root)")
@@ -395,10 +366,7 @@ def main():
         sys.exit("torchmem: --chunk must be a multiple of --every, --warmup and --passes of --chunk")
     version = ".".join(torch.__version__.split(".")[:2]) if torch is not None else None
     if args.torch and args.torch != version:
-        if WHERE.get(args.torch) is None:
-            sys.exit("torchmem: this Python has torch %s, and there is no root for torch %s (%s)"
-                     % (version, args.torch, ", ".join(WHERE)))
-        sys.exit(in_root(args.torch, sys.argv[1:]))
+        sys.exit(torchbench.in_root(args.torch, os.path.abspath(__file__), sys.argv[1:], "torchmem"))
     if version is None:
         sys.exit("torchmem: this Python (%s) has no torch" % sys.executable)
     for setting in args.env:
@@ -412,7 +380,7 @@ def main():
         port[:] = [torchbench.free_port()]
         return [["--job", str(rank), port[0], str(args.threads), str(args.batch)] for rank in range(len(NAMES))]
 
-    jobs = start(argv)
+    jobs = torchbench.start_pair(argv, Job)
     trim = "1" if args.trim else "0"
     # series[side][process]: (pass, sample) of the measured passes.
     series = {j.name: [[], []] for j in jobs}
