@@ -4,7 +4,7 @@ package main
 
 /*
 #cgo CFLAGS: -DDACC_TESTING
-#include "capi_internal.h"
+#include "csrc/dacgo.h"
 */
 import "C"
 
@@ -12,7 +12,7 @@ import "distautograd/container"
 
 // countCalls: the testing build counts the calls from C into Go (every
 // dacgo_* function but the counter's own), so that tests can check which
-// calls capi.c serves without one.
+// calls C serves without one.
 const countCalls = true
 
 // dacgo_testing_go_calls is the Go side of dactest_go_calls: how many calls
@@ -23,7 +23,7 @@ func dacgo_testing_go_calls(out *C.int64_t) {
 	*out = C.int64_t(goCalls.Load())
 }
 
-// dacgo_testing_set_counter_offsets is the Go side of capi.c's
+// dacgo_testing_set_counter_offsets is the Go side of csrc/testing.c's
 // dactest_set_counter_offsets, which exists only in the testing build (make
 // testing-lib, -tags dac_testing: the CFLAGS above compile it in), never in
 // the release .so: it starts the context and message id counters at the
@@ -40,7 +40,7 @@ func dacgo_testing_set_counter_offsets(ctxOffset, msgOffset C.int64_t, e *C.dacc
 	return 0
 }
 
-// dacgo_testing_age_record is the Go side of capi.c's dactest_age_record
+// dacgo_testing_age_record is the Go side of csrc/testing.c's dactest_age_record
 // (the testing build only): the dead record of handle h moves on to
 // generation, as if it had lived that many more lives.
 //

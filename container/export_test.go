@@ -1,7 +1,7 @@
 package container
 
 // SetHostValueAsC gives h's context a host value and its drop function as
-// capi.c's dac_context_set_host_value does (C owns setting them; the
+// C's dac_context_set_host_value does (csrc/handles.c) (C owns setting them; the
 // container only takes them when the record dies): false if h is not live
 // or the context has a value already.
 func SetHostValueAsC(c *Container, h uint64, value uint64, drop uintptr) bool {
@@ -19,7 +19,7 @@ func HasGoContext(c *Container, h uint64) bool {
 	return c.recs.ctxSlot(idx).Load() != nil
 }
 
-// DropRefAsC drops one of h's references as capi.c's dac_context_unref
+// DropRefAsC drops one of h's references as C's dac_context_unref (csrc/handles.c)
 // does when it is not the last of a released context: one decrement of the
 // state word.
 func DropRefAsC(c *Container, h uint64) {

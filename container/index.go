@@ -121,7 +121,7 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 	storeU32(&r.Next, head.Load())
 	storeU32(head, idx+1) // published, with ID and Next, by the state's store below
 	s.count++
-	st := uint64(gen)<<32 | stateListed
+	st := genState(gen) | stateListed
 	if ref {
 		st++
 	}

@@ -10,7 +10,7 @@ import (
 	"distautograd/container"
 )
 
-// unrefAll drops one reference from each handle, as capi.c's unref does:
+// unrefAll drops one reference from each handle, as C's dac_context_unref does (csrc/handles.c):
 // the last of a released context through Go, any other by a decrement.
 func unrefAll(t *testing.T, c *container.Container, hs []uint64) {
 	for _, h := range hs {
