@@ -205,7 +205,7 @@ test-go: all $(BUILD)/testing/libdistautograd.so $(BUILD)/asan/libdistautograd.s
 	@mkdir -p $(RESULTS)
 	$(GO) tool gotestsum --format-hide-empty-pkg --jsonfile $(RESULTS)/go.json -- -race -count=1 ./...
 
-test-python: $(LIB) ## the Python unit tests and the differential suite against torch, a line per test module
+test-python: $(LIB) $(BUILD)/testing/libdistautograd.so ## the Python unit tests and the differential suite against torch, a line per test module (the reaper's on the testing build)
 	@mkdir -p $(RESULTS)
 	PYTHONPATH=python_bindings DISTAUTOGRAD_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) scripts/unittest_progress.py \
 	  --json $(RESULTS)/python.json -s python_bindings/tests -t python_bindings
@@ -327,12 +327,17 @@ bench: all $(BUILD)/nooverlay/libdistautograd.so ## distautograd against the nat
 # of the runtime and without: fails if one fails only with it
 # (scripts/test-go-runtime; docs/go-runtime.md says how long it takes).
 # Then the responsiveness battery in full (TestResponsiveness with
-# DAC_RESPONSIVENESS=full: every pattern; make test runs a few): both run
-# whatever the other's result.
-test-go-runtime: $(OVERLAY) $(LIB) $(BUILD)/nooverlay/libdistautograd.so ## Go's runtime and cgo tests with the runtime overlay vs without: none may fail only with it; the responsiveness battery in full
+# DAC_RESPONSIVENESS=full: every pattern; make test runs a few), and the
+# other tests that compare the library's timings with build/nooverlay's
+# (BUILD_COMPARISONS, capi_test's comparisonsOfBuilds; make test runs them
+# too, never in parallel with other tests), alone in one go test: each
+# runs whatever the others' results.
+BUILD_COMPARISONS := TestRuntimeBusyThreads TestRuntimeStress TestTimedPromisesHoldBesideLoopingCallers
+test-go-runtime: $(OVERLAY) $(LIB) $(BUILD)/nooverlay/libdistautograd.so ## Go's runtime and cgo tests with the runtime overlay vs without: none may fail only with it; the responsiveness battery in full, and the other comparisons of the two builds
 	@status=0; scripts/test-go-runtime $(GO) $(dir $(OVERLAY)) $(BUILD)/test-go-runtime || status=1; \
-	echo "DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 60m -v -run '^TestResponsiveness$$' ./capi_test/"; \
-	DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 60m -v -run '^TestResponsiveness$$' ./capi_test/ || status=1; \
+	tests='^(TestResponsiveness|$(subst $(eval) ,|,$(BUILD_COMPARISONS)))$$'; \
+	echo "DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 90m -v -run '$$tests' ./capi_test/"; \
+	DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 90m -v -run "$$tests" ./capi_test/ || status=1; \
 	exit $$status
 
 generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h; from container/'s types: capi_layout.h

@@ -39,4 +39,25 @@ int dactest_age_record(dac_context *dead, uint32_t generation) {
 	return dacgo_testing_age_record(dacc_to_handle(dead), generation, dacc_err());
 }
 
+/* Has the container that dac_init makes date its contexts' uses by a clock
+** of its own, which reads 0 until dactest_advance_clock moves it, instead
+** of the process's coarse clock (container: WithClock), so that tests of
+** the reaper need no sleep and hold on a machine however loaded; call it
+** before dac_init. */
+int dactest_use_manual_clock(void);
+
+int dactest_use_manual_clock(void) {
+	GUARD_FORK();
+	return dacgo_testing_use_manual_clock(dacc_err());
+}
+
+/* Moves dactest_use_manual_clock's clock on by ms (>= 0) milliseconds. */
+int dactest_advance_clock(int64_t ms);
+
+int dactest_advance_clock(int64_t ms) {
+	GUARD_FORK();
+	if (ms < 0)
+		return dacc_reject(DAC_ERR_INVALID_ARGUMENT, __func__, "ms must be >= 0");
+	return dacgo_testing_advance_clock(ms, dacc_err());
+}
 #endif
