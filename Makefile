@@ -37,7 +37,7 @@ LIB     := $(BUILD)/libdistautograd.so
 # What every build of the library depends on, tests aside: the one list
 # (the Go tests that check a build is current ask `make -s library-sources`).
 GOSRC   := $(filter-out %_test.go,$(wildcard *.go container/*.go internal/layout/*.go))
-CSRC    := capi.c $(wildcard csrc/*.c) clock.c uncounted.c capi_internal.h capi_status.h capi_layout.h include/distautograd.h libdistautograd.map
+CSRC    := capi.c $(wildcard csrc/*.c csrc/*.h) capi_status.h capi_layout.h include/distautograd.h libdistautograd.map
 LIBRARY_SOURCES := $(GOSRC) $(CSRC) go.mod go.sum scripts/go-runtime-overlay scripts/go-runtime-changes scripts/go-runtime-tested scripts/go-toolchain
 # Every build of the library takes the lines of Go's runtime that
 # scripts/go-runtime-changes gives, through this overlay, for C threads that
@@ -70,7 +70,7 @@ LDFLAGS := -X 'main.goRuntimeBuiltWith=$$(cat $(BUILD)/go-runtime/BUILT_WITH)' $
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib nooverlay-lib without-lib test-go-runtime generate
+.PHONY: all help library-sources install uninstall test lint lint-fmt lint-vet lint-mod lint-staticcheck lint-c test-go test-python wheel install-python demo bench fuzz clean testing-lib asan-lib nooverlay-lib without-lib test-go-runtime generate
 
 all: $(LIB) torch-backend ## build build/libdistautograd.so (and the torch backend where libtorch-dev is) and copy the headers beside it
 
@@ -161,14 +161,30 @@ $(BUILD)/asan/libdistautograd.so: $(LIBRARY_SOURCES) $(OVERLAY)
 
 # `make lint` runs every check; scripts/run-tests (make test) runs them one
 # by one and reports each.
-LINT_CHECKS := lint-fmt lint-vet lint-mod lint-staticcheck
-lint: $(LINT_CHECKS) ## gofmt, go vet, go mod tidy, staticcheck
+LINT_CHECKS := lint-fmt lint-vet lint-mod lint-staticcheck lint-c
+lint: $(LINT_CHECKS) ## gofmt, go vet, go mod tidy, staticcheck, each C room alone
 
 lint-fmt:
 	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 
 lint-vet:
 	$(GO) vet ./...
+
+# Each room of the C side compiles alone, as it compiles inside capi.c's
+# one unit (csrc/dacc.h): every csrc/*.c, in the release build and the
+# testing build (-DDACC_TESTING), and every csrc/*.h included twice (its
+# include guard), with the flags cgo compiles the library with (export.go's
+# #cgo CFLAGS line, their one owner) at -O2, so that what the optimizer
+# warns of shows too.
+LIBRARY_CFLAGS := $(shell sed -n 's/^\#cgo CFLAGS: //p' export.go)
+lint-c:
+	@set -e; for f in csrc/*.c; do for t in '' -DDACC_TESTING; do \
+	  $(CC) $(LIBRARY_CFLAGS) $$t -O2 -c -o /dev/null $$f || { echo "lint-c: $$f $$t does not compile alone"; exit 1; }; \
+	done; done; \
+	for h in csrc/*.h; do \
+	  printf '#include "%s"\n#include "%s"\n' $$h $$h | $(CC) $(LIBRARY_CFLAGS) -O2 -iquote . -fsyntax-only -x c - \
+	    || { echo "lint-c: $$h does not compile alone (included twice)"; exit 1; }; \
+	done
 
 # go.mod and go.sum are as `go mod tidy` leaves them (tidy -diff changes nothing).
 lint-mod:
@@ -189,7 +205,7 @@ test-go: all $(BUILD)/testing/libdistautograd.so $(BUILD)/asan/libdistautograd.s
 	@mkdir -p $(RESULTS)
 	$(GO) tool gotestsum --format-hide-empty-pkg --jsonfile $(RESULTS)/go.json -- -race -count=1 ./...
 
-test-python: $(LIB) ## the Python unit tests and the differential suite against torch, a line per test module
+test-python: $(LIB) $(BUILD)/testing/libdistautograd.so ## the Python unit tests and the differential suite against torch, a line per test module (the reaper's on the testing build)
 	@mkdir -p $(RESULTS)
 	PYTHONPATH=python_bindings DISTAUTOGRAD_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) scripts/unittest_progress.py \
 	  --json $(RESULTS)/python.json -s python_bindings/tests -t python_bindings
@@ -311,12 +327,17 @@ bench: all $(BUILD)/nooverlay/libdistautograd.so ## distautograd against the nat
 # of the runtime and without: fails if one fails only with it
 # (scripts/test-go-runtime; docs/go-runtime.md says how long it takes).
 # Then the responsiveness battery in full (TestResponsiveness with
-# DAC_RESPONSIVENESS=full: every pattern; make test runs a few): both run
-# whatever the other's result.
-test-go-runtime: $(OVERLAY) $(LIB) $(BUILD)/nooverlay/libdistautograd.so ## Go's runtime and cgo tests with the runtime overlay vs without: none may fail only with it; the responsiveness battery in full
+# DAC_RESPONSIVENESS=full: every pattern; make test runs a few), and the
+# other tests that compare the library's timings with build/nooverlay's
+# (BUILD_COMPARISONS, capi_test's comparisonsOfBuilds; make test runs them
+# too, never in parallel with other tests), alone in one go test: each
+# runs whatever the others' results.
+BUILD_COMPARISONS := TestRuntimeBusyThreads TestRuntimeStress TestTimedPromisesHoldBesideLoopingCallers
+test-go-runtime: $(OVERLAY) $(LIB) $(BUILD)/nooverlay/libdistautograd.so ## Go's runtime and cgo tests with the runtime overlay vs without: none may fail only with it; the responsiveness battery in full, and the other comparisons of the two builds
 	@status=0; scripts/test-go-runtime $(GO) $(dir $(OVERLAY)) $(BUILD)/test-go-runtime || status=1; \
-	echo "DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 60m -v -run '^TestResponsiveness$$' ./capi_test/"; \
-	DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 60m -v -run '^TestResponsiveness$$' ./capi_test/ || status=1; \
+	tests='^(TestResponsiveness|$(subst $(eval) ,|,$(BUILD_COMPARISONS)))$$'; \
+	echo "DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 90m -v -run '$$tests' ./capi_test/"; \
+	DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 90m -v -run "$$tests" ./capi_test/ || status=1; \
 	exit $$status
 
 generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h; from container/'s types: capi_layout.h

@@ -3,7 +3,8 @@ package main
 import "embed"
 
 // capi.c includes include/distautograd.h, outside this package's directory,
-// and the rooms of its one translation unit, csrc/*.c, in a directory of
+// and the rooms of its one translation unit, csrc/*.c and their headers
+// csrc/*.h (which the cgo preambles include too), in a directory of
 // their own; go's build cache hashes only the files of the package's own
 // directory, not what C sources #include from others (golang/go#24355):
 // editing only one of those would reuse the capi.c object compiled against
@@ -13,5 +14,5 @@ import "embed"
 //go:embed include/distautograd.h
 var _ string
 
-//go:embed csrc/*.c
+//go:embed csrc/*.c csrc/*.h
 var _ embed.FS

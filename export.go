@@ -2,13 +2,13 @@
 // libdistautograd.so. This file is the thin Go side of the C ABI: each
 // dacgo_* function translates C arguments, calls container/, and turns the
 // result into a status code plus the calling thread's last error. The public
-// dac_* functions (capi.c) own the thread-local state and call these; see
-// include/distautograd.h for the contract.
+// dac_* functions (capi.c's unit, the rooms of csrc/) own the thread-local
+// state and call these; see include/distautograd.h for the contract.
 package main
 
 /*
 #cgo CFLAGS: -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter
-#include "capi_internal.h"
+#include "csrc/dacgo.h"
 */
 import "C"
 
@@ -70,9 +70,9 @@ func dacgo_fill_error(code C.int, e *C.dacc_error_slot) C.int {
 }
 
 // dacgo_check_initialized is the one answer to "has dac_init succeeded?":
-// Go's. capi.c caches a yes, and asks again until it has one, so a thread
-// racing dac_init sees the container as soon as Go has it, whatever C's
-// cache says yet.
+// Go's. C caches a yes (csrc/library.c), and asks again until it has one,
+// so a thread racing dac_init sees the container as soon as Go has it,
+// whatever C's cache says yet.
 //
 //export dacgo_check_initialized
 func dacgo_check_initialized(e *C.dacc_error_slot) (rc C.int) {
@@ -203,16 +203,17 @@ func dacgo_set_max_contexts(n C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 
 // thread views the C thread-local current id as a container.Thread: the
 // compile-time check below fails unless a Thread is exactly one int64, so
-// Go never reads or writes past capi.c's tls_current.
+// Go never reads or writes past C's dacc_tls_current (csrc/library.h).
 var _ = [1]struct{}{}[unsafe.Sizeof(container.Thread{})-unsafe.Sizeof(C.int64_t(0))]
 
 func thread(current *C.int64_t) *container.Thread {
 	return (*container.Thread)(unsafe.Pointer(current))
 }
 
-// The functions below that hand out a handle are capi.c's slow paths: it
-// looks contexts up and takes references itself, and comes here for what it
-// cannot decide (a miss, the exact message, a creation).
+// The functions below that hand out a handle are C's slow paths
+// (csrc/contexts.c): it looks contexts up and takes references itself, and
+// comes here for what it cannot decide (a miss, the exact message, a
+// creation).
 
 //export dacgo_context_new
 func dacgo_context_new(current *C.int64_t, out *C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
@@ -396,9 +397,10 @@ func dacgo_context_times(h C.uint64_t, ageMs, idleMs *C.int64_t, e *C.dacc_error
 	return 0
 }
 
-// dacgo_context_ref is where capi.c's dac_context_ref (delta 1) and
-// dac_context_unref (-1) come when their fast path cannot act: it drops
-// the last reference of a released context (the record dies; capi.c runs
+// dacgo_context_ref is where C's dac_context_ref (delta 1) and
+// dac_context_unref (-1) (csrc/handles.c, csrc/refs.c) come when their
+// fast path cannot act: it drops
+// the last reference of a released context (the record dies; C runs
 // its host drop, from *drop, once this returns), or says why
 // the handle is bad, or returns DACC_RETRY when the state word moved and
 // the fast path may act now.
@@ -427,7 +429,7 @@ func dacgo_context_ref(h C.uint64_t, delta C.int, drop *C.dacc_pending_drop, e *
 	return 0
 }
 
-// takeDrop hands a dead record's host drop to capi.c, which runs it once
+// takeDrop hands a dead record's host drop to C (csrc/refs.h: dacc_run_pending_drop), which runs it once
 // the call into Go has returned (on the same thread, outside every lock):
 // a call from Go into C there would cost a crossing more.
 func takeDrop(out *C.dacc_pending_drop, d container.PendingDrop) {
@@ -573,8 +575,8 @@ func dacgo_context_functions(h C.uint64_t, kind C.int, msgIDs *C.int64_t, fns *C
 	return 0
 }
 
-// capi.c reads the records, the index and the view that container/
-// writes, as capi_layout.h declares them: cmd/dacgen generates it from
+// C reads the records, the index and the view that container/ writes
+// (csrc/records.h), as capi_layout.h declares them: cmd/dacgen generates it from
 // container's types, and C's compiler checks each offset and size there.
 
 //export dacgo_view

@@ -2,7 +2,8 @@ package main
 
 /*
 #include <stdlib.h>
-#include "capi_internal.h"
+#include "csrc/dacgo.h"
+#include "csrc/host.h"
 */
 import "C"
 

@@ -1,7 +1,9 @@
 package main
 
 /*
-#include "capi_internal.h"
+#include "csrc/clock.h"
+#include "csrc/host.h"
+#include "csrc/uncounted.h"
 */
 import "C"
 
@@ -26,7 +28,7 @@ func init() {
 	proc.SetUncountedRefs(uncountedRefs{})
 }
 
-// The coarse clock is advanced by a C thread (clock.c), not a goroutine: Go
+// The coarse clock is advanced by a C thread (csrc/clock.c), not a goroutine: Go
 // then has nothing to run between the host's calls, and its scheduler stays
 // asleep instead of waking a hundred times a second beside them. The
 // thread itself sleeps when nobody needs the time; a reader that finds it
@@ -38,7 +40,7 @@ func clockDriver(word *atomic.Int64, start int64, tick time.Duration) func() int
 	return func() int64 { return int64(C.dacc_clock_wake()) }
 }
 
-// The references C threads hold uncounted (uncounted.c): a release
+// The references C threads hold uncounted (csrc/uncounted.c): a release
 // settles them before it decides a record's death, and the leak count
 // includes them.
 type uncountedRefs struct{}

@@ -103,6 +103,7 @@ type Func struct {
 	Variadic bool
 	Defined  bool     // a definition, not only a declaration
 	Static   bool     // internal linkage
+	Hidden   bool     // declared __attribute__((visibility("hidden"))): external linkage within the shared object only
 	Pos      string   // file:line of the first declaration or the definition
 	Files    []string // the base names of the files that declare or define it, in order
 }
@@ -232,6 +233,9 @@ func Parse(path string, opts Options) (*Unit, error) {
 			return fmt.Errorf("abi: %s: %s: %w", d.Position(), name, err)
 		}
 		f.Defined, f.Static = defined, d.IsStatic()
+		if a := d.Type().Attributes(); a != nil && a.Visibility() == "hidden" {
+			f.Hidden = true
+		}
 		pos := d.Position()
 		file := filepath.Base(pos.Filename)
 		f.Pos = fmt.Sprintf("%s:%d", file, pos.Line)
@@ -243,6 +247,7 @@ func Parse(path string, opts Options) (*Unit, error) {
 			if !slices.Contains(funcs[i].Files, file) {
 				funcs[i].Files = append(funcs[i].Files, file)
 			}
+			funcs[i].Hidden = funcs[i].Hidden || f.Hidden // a declaration's visibility holds for the definition
 			if defined {
 				funcs[i].Defined, funcs[i].Static, funcs[i].Pos = true, f.Static, f.Pos
 			}

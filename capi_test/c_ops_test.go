@@ -156,8 +156,9 @@ func TestOpsReleaseContextsOfWorker(t *testing.T) {
 	`, run(t, buildC(t, "c/ops.c"), "workers"))
 }
 
-// dac_reap_idle_contexts, with generous margins: the coarse clock ticks every
-// 10 ms, and no time is asserted beyond idle versus fresh.
+// dac_reap_idle_contexts, on the testing build's clock that moves only
+// when told (runTesting): what is idle is what the scenario says, however
+// long the machine stalls it.
 func TestOpsReapIdle(t *testing.T) {
 	t.Parallel()
 	assertTranscript(t, `
@@ -176,7 +177,7 @@ func TestOpsReapIdle(t *testing.T) {
 		dac_reap_idle_contexts(0, NULL) -> DAC_OK
 		num_contexts = 0
 		dac_reap_idle_contexts(-1, &n) -> DAC_ERR_INVALID_ARGUMENT: distautograd: max_idle_ms must be >= 0, got -1
-	`, run(t, buildC(t, "c/ops.c"), "reap"))
+	`, runTesting(t, buildC(t, "c/ops.c"), "reap"))
 }
 
 // A C thread whose current context dac_release_contexts_of_worker or
@@ -297,7 +298,9 @@ func TestOpsKnownWorkers(t *testing.T) {
 	`, run(t, buildC(t, "c/ops.c"), "context"))
 }
 
-// The view of what a worker holds: dac_context_list and dac_context_times.
+// The view of what a worker holds: dac_context_list and dac_context_times
+// (on the testing build's clock that moves only when told, as
+// TestOpsReapIdle).
 func TestOpsList(t *testing.T) {
 	t.Parallel()
 	assertTranscript(t, `
@@ -331,7 +334,7 @@ func TestOpsList(t *testing.T) {
 		dac_context_is_valid(own_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131968 (distautograd: it was reaped by dac_reap_idle_contexts, unused for 300 ms or more)
 		-- a released context's handle still tells its times
 		dac_context_times(own, &age, NULL) -> DAC_OK
-	`, run(t, buildC(t, "c/ops.c"), "list"))
+	`, runTesting(t, buildC(t, "c/ops.c"), "list"))
 }
 
 // Send and recv functions, keyed by message id: registration, duplicates,
@@ -565,4 +568,12 @@ func TestOpsFanout(t *testing.T) {
 		dac_cleanup_stats(NULL) -> DAC_ERR_INVALID_ARGUMENT: distautograd: dac_cleanup_stats: counters must not be NULL
 		dac_set_cleanup_sender(NULL, NULL) -> DAC_OK
 	`, run(t, buildC(t, "c/ops.c"), "fanout"))
+}
+
+// runTesting runs bin against the library's testing build (build/testing),
+// for ops.c's scenarios of idle time, which date uses by its manual clock
+// (dactest_use_manual_clock), and returns its output; it must exit 0.
+func runTesting(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	return runOK(t, testingEnv(t), bin, args...)
 }

@@ -2,7 +2,7 @@ package capi_test
 
 import "testing"
 
-// References held uncounted (the library's uncounted.c), from C (capi_test/c/uncounted.c):
+// References held uncounted (the library's csrc/uncounted.c), from C (capi_test/c/uncounted.c):
 // a thread's lookup of a context it looked up before is held in the
 // thread's slot, not counted in the context's record, and behaves in every
 // way as a counted one: on its own thread, handed to another thread, left

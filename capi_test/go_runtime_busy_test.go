@@ -57,7 +57,7 @@ func runBusy(t *testing.T, env []string, bin string) busyCounts {
 //
 // It costs 12 s when each first pair passes, at most 36 s.
 func TestRuntimeBusyThreads(t *testing.T) {
-	t.Parallel()
+	// Not t.Parallel: it compares two builds (see comparisonsOfBuilds).
 	bin := buildC(t, "../bench/busythreads/busythreads.c", "-O2")
 	unpatched := unpatchedEnv(t)
 	for _, procs := range []int{1, 2} {

@@ -2,6 +2,8 @@ package capi_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -64,7 +66,7 @@ func readStressCounts(t *testing.T, stderr string) stressCounts {
 // calls wait where the unpatched runtime does not (make bench's runtime
 // level measures such waits).
 func TestRuntimeStress(t *testing.T) {
-	t.Parallel()
+	// Not t.Parallel: it compares two builds (see comparisonsOfBuilds).
 	bin := buildC(t, "c/runtime_stress.c", "-lpthread")
 	unpatched := unpatchedEnv(t)
 	for _, threads := range []int{128, 256} {
@@ -81,6 +83,42 @@ func TestRuntimeStress(t *testing.T) {
 					fmt.Sprintf("patched: %s; unpatched: %s", strings.TrimSpace(p.Stderr), strings.TrimSpace(u.Stderr))
 			})
 		})
+	}
+}
+
+// comparisonsOfBuilds are the tests that hold the library's timings to
+// those of the build with Go's runtime as shipped (build/nooverlay), run
+// in turn in the same test. None calls t.Parallel, so that no other test
+// of the package loads the machine during one build's runs and not the
+// other's (Go runs the package's sequential tests one at a time, before
+// the parallel ones). make test runs them so; make test-go-runtime runs
+// them again, alone, after the responsiveness battery in full (the
+// Makefile takes this list).
+var comparisonsOfBuilds = []string{"TestRuntimeBusyThreads", "TestRuntimeStress", "TestTimedPromisesHoldBesideLoopingCallers"}
+
+// The list is the Makefile's BUILD_COMPARISONS, and none of them is
+// parallel.
+func TestComparisonsOfBuildsRunAlone(t *testing.T) {
+	t.Parallel()
+	root := repoRoot(t)
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^BUILD_COMPARISONS := (.*)$`).FindSubmatch(mk)
+	require.NotNil(t, m, "the Makefile sets BUILD_COMPARISONS")
+	assert.Equal(t, comparisonsOfBuilds, strings.Fields(string(m[1])), "the Makefile's BUILD_COMPARISONS")
+	sources, err := filepath.Glob(filepath.Join(root, "capi_test", "*_test.go"))
+	require.NoError(t, err)
+	var all strings.Builder
+	for _, f := range sources {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		all.Write(b)
+	}
+	for _, name := range comparisonsOfBuilds {
+		body := regexp.MustCompile(`(?s)\nfunc ` + name + `\(t \*testing\.T\) \{\n(.*?)\n\}\n`).FindStringSubmatch(all.String())
+		if assert.NotNil(t, body, "func %s(t *testing.T) in capi_test", name) {
+			assert.NotContains(t, body[1], "t.Parallel()", "%s compares two builds: it must not run in parallel with other tests", name)
+		}
 	}
 }
 

@@ -67,7 +67,7 @@ const timedPromisesVerdict = `
 // thread lets its timers run at all, and never ends on an idle one
 // (docs/perf-data/2026-12-06-go-runtime-changes.txt has such figures).
 func TestTimedPromisesHoldBesideLoopingCallers(t *testing.T) {
-	t.Parallel()
+	// Not t.Parallel: it compares two builds (see comparisonsOfBuilds).
 	bin := buildC(t, "c/timed_promises.c", "-lpthread")
 	unpatched := unpatchedEnv(t)
 	for _, cfg := range []struct{ procs, loopers int }{{1, 1}, {1, 2}, {1, 8}, {2, 1}, {2, 2}, {2, 8}, {8, 1}, {8, 8}} {

@@ -148,7 +148,13 @@ func headerVersion(t testing.TB) abi.Version {
 // returns its standard output.
 func run(t testing.TB, bin string, args ...string) string {
 	t.Helper()
-	r := runEnv(t, nil, bin, args...)
+	return runOK(t, nil, bin, args...)
+}
+
+// runOK is run with env added to the environment.
+func runOK(t testing.TB, env []string, bin string, args ...string) string {
+	t.Helper()
+	r := runEnv(t, env, bin, args...)
 	if r.Code != 0 {
 		t.Fatalf("%s %v exited with status %d\nstdout:\n%s\nstderr:\n%s", filepath.Base(bin), args, r.Code, r.Stdout, r.Stderr)
 	}

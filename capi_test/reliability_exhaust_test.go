@@ -7,7 +7,7 @@ import (
 
 // Id exhaustion from one thread and from many, through the testing build
 // (build/testing: dactest_set_counter_offsets starts a counter LEFT ids
-// before max_id). Message ids come to each thread in blocks (capi.c), so with
+// before max_id). Message ids come to each thread in blocks (csrc/library.c), so with
 // several threads some hold unused ids of a block while others already get
 // DAC_ERR_EXHAUSTED; all of them take ids until they get it too. Then:
 // exactly the LEFT ids before max_id were issued, each once, the last below

@@ -49,9 +49,22 @@ var (
 // contending with the calls) drives the clock from a thread of its own.
 func SetClockDriver(d ClockDriver) { clockDriver.Store(&d) }
 
-func coarseNow() int64 {
+// coarseClock is the clock a Container dates its contexts' uses by: the
+// word of milliseconds it reads (C reads it too, through View.Clock), and
+// how to wake the word's driver when it sleeps. The zero coarseClock is
+// unset: New gives the container the process's (processClock) unless an
+// option gave it another.
+type coarseClock struct {
+	word *atomic.Int64
+	wake func() int64
+}
+
+func (k coarseClock) now() int64 { return readClock(k.word, k.wake) }
+
+// processClock returns the process's coarse clock, started.
+func processClock() coarseClock {
 	clockOnce.Do(startClock)
-	return readClock(clockMs, clockWake)
+	return coarseClock{clockMs, clockWake}
 }
 
 // readClock returns the time in word, waking its driver if it sleeps.
@@ -60,12 +73,6 @@ func readClock(word *atomic.Int64, wake func() int64) int64 {
 		return now
 	}
 	return wake()
-}
-
-// clockWord returns the clock's address, for C (View.Clock), started.
-func clockWord() *atomic.Int64 {
-	clockOnce.Do(startClock)
-	return clockMs
 }
 
 func startClock() {
@@ -87,4 +94,45 @@ func startClock() {
 			clockMs.Store(time.Since(clockStart).Milliseconds())
 		}
 	}()
+}
+
+// A ManualClock is a coarse clock that moves only when told to: a
+// Container built WithClock dates its contexts' uses (and ReapIdleContexts
+// and HandleTimes read the time) by it instead of by the process's clock,
+// so that what depends on idle time is tested without sleeping, and holds
+// however long the machine stalls the test. Its word is outside the Go
+// heap, as the process clock's, since C reads it too (View.Clock); it is
+// never unmapped. For tests: the C ABI exposes it only in builds with the
+// dac_testing tag.
+type ManualClock struct{ word *atomic.Int64 }
+
+// NewManualClock returns a clock that reads 0 until Advance moves it.
+func NewManualClock() (*ManualClock, error) {
+	b, err := offHeap(8, syscall.PROT_READ|syscall.PROT_WRITE)
+	if err != nil {
+		return nil, err
+	}
+	return &ManualClock{(*atomic.Int64)(unsafe.Pointer(&b[0]))}, nil
+}
+
+// Advance moves the clock on by ms milliseconds (ms >= 0).
+func (m *ManualClock) Advance(ms int64) error {
+	if ms < 0 {
+		return Errorf(ErrInvalidArgument, "a clock moves on by ms >= 0, got %d", ms)
+	}
+	m.word.Add(ms)
+	return nil
+}
+
+// Now returns the clock's time, in milliseconds.
+func (m *ManualClock) Now() int64 { return m.word.Load() }
+
+// WithClock has the container read the time from m instead of the
+// process's coarse clock (nil: the process's).
+func WithClock(m *ManualClock) Option {
+	return func(c *Container) {
+		if m != nil {
+			c.clock = coarseClock{word: m.word, wake: m.Now} // never ClockAsleep: wake is never called
+		}
+	}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// The tick is clockTick's alone: clock.c takes it as an argument, and what
+// The tick is clockTick's alone: csrc/clock.c takes it as an argument, and what
 // the header and the Python package tell the host of the reaper's
 // resolution must be it.
 func TestDocumentedResolutionIsTheTick(t *testing.T) {

@@ -37,6 +37,7 @@ type Container struct {
 	mask       int64
 	recs       recordTable
 	view       *View
+	clock      coarseClock // what uses are dated by: the process's, unless WithClock
 	maps       *mappings
 	maxLive    atomic.Int64 // cap on live contexts; 0: none
 	refused    atomic.Int64 // contexts refused by the cap
@@ -123,7 +124,10 @@ func (c *Container) initStorage() error {
 	}
 	c.view.ShardMask = uint64(n - 1)
 	c.view.ShardBits = uint64(bits.TrailingZeros(uint(n)))
-	c.view.Clock = uintptr(unsafe.Pointer(clockWord()))
+	if c.clock.word == nil {
+		c.clock = processClock()
+	}
+	c.view.Clock = uintptr(unsafe.Pointer(c.clock.word))
 	c.shards = make([]indexShard, n)
 	c.shardBits = uint(bits.TrailingZeros(uint(n)))
 	c.mask = int64(n - 1)
@@ -365,7 +369,7 @@ func (c *Container) lookupLocked(s *indexShard, id int64, ref bool) (ctx *Contex
 	if r == nil {
 		return nil, 0, false, nil
 	}
-	touchRecord(r)
+	c.touch(r)
 	if !ref {
 		return c.contextOf(r, idx), 0, true, nil
 	}

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -224,8 +223,18 @@ func TestReleaseContextsOfWorker(t *testing.T) {
 	}
 }
 
+// newClockedContainer returns a container whose uses are dated by a clock
+// that moves only when the test says (container.WithClock): what a test of
+// idle time asserts then holds however long the machine stalls it.
+func newClockedContainer(t *testing.T) (*container.Container, *container.ManualClock) {
+	t.Helper()
+	clock, err := container.NewManualClock()
+	require.NoError(t, err)
+	return newContainer(t, container.WithClock(clock)), clock
+}
+
 func TestReapIdleContexts(t *testing.T) {
-	c := newContainer(t)
+	c, clock := newClockedContainer(t)
 	th := container.NewThread()
 	idle, err := c.NewContext(th)
 	require.NoError(t, err)
@@ -237,9 +246,8 @@ func TestReapIdleContexts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n)
 
-	// The coarse clock ticks every 10ms: sleep far past the idle limit,
-	// touch one context, and only the other is idle.
-	time.Sleep(400 * time.Millisecond)
+	// Past the idle limit, one context touched: only the other is idle.
+	require.NoError(t, clock.Advance(400))
 	_, err = c.RetrieveContext(used.ID())
 	require.NoError(t, err)
 	n, err = c.ReapIdleContexts(200)
@@ -262,14 +270,14 @@ func TestReapIdleContexts(t *testing.T) {
 }
 
 func TestReapCountsChangesAsUse(t *testing.T) {
-	c := newContainer(t)
+	c, clock := newClockedContainer(t)
 	a, err := c.GetOrCreateContext(first3)
 	require.NoError(t, err)
 	b, err := c.GetOrCreateContext(first3 + 1)
 	require.NoError(t, err)
 	d, err := c.GetOrCreateContext(first3 + 2)
 	require.NoError(t, err)
-	time.Sleep(400 * time.Millisecond)
+	require.NoError(t, clock.Advance(400))
 	a.AddKnownWorkerID(4)
 	require.NoError(t, b.AddSendFunction(1, 1))
 

@@ -44,12 +44,13 @@ func (c *Context) ID() int64 { return c.id }
 // moment it was being created: harmless.)
 func (c *Context) touch() {
 	if r := c.rec.Load(); r != nil {
-		touchRecord(r)
+		c.owner.touch(r)
 	}
 }
 
-func touchRecord(r *Record) {
-	if now := coarseNow(); r.LastUsed.Load() != now {
+// touch records a use of r for the reaper.
+func (c *Container) touch(r *Record) {
+	if now := c.clock.now(); r.LastUsed.Load() != now {
 		r.LastUsed.Store(now)
 	}
 }

@@ -25,7 +25,7 @@ func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d PendingDrop,
 		next := st &^ stateListed
 		dies := stateRefs(st) == 0 && st&stateUncounted == 0
 		if dies {
-			next = uint64(nextGen(stateGen(st))) << 32
+			next = genState(nextGen(stateGen(st)))
 		}
 		if !r.State.CompareAndSwap(st, next) {
 			continue
@@ -54,7 +54,7 @@ func (c *Container) dieIfUnreferenced(s *indexShard, r *Record, idx uint32, gen 
 		if stateGen(st) != gen || stateRefs(st) != 0 {
 			return PendingDrop{}, false // referenced: its last reference goes through Go (UnrefLast)
 		}
-		if r.State.CompareAndSwap(st, uint64(nextGen(gen))<<32) {
+		if r.State.CompareAndSwap(st, genState(nextGen(gen))) {
 			return c.die(s, r, idx), true
 		}
 	}

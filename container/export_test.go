@@ -1,9 +1,11 @@
 package container
 
+import "unsafe"
+
 // SetHostValueAsC gives h's context a host value and its drop function as
-// capi.c's dac_context_set_host_value does (C owns setting them; the
-// container only takes them when the record dies): false if h is not live
-// or the context has a value already.
+// C's dac_context_set_host_value (csrc/handles.c) does (C owns setting
+// them; the container only takes them when the record dies): false if h is
+// not live or the context has a value already.
 func SetHostValueAsC(c *Container, h uint64, value uint64, drop uintptr) bool {
 	r, _, gen := c.record(h)
 	if r == nil || !referenced(r.State.Load(), gen) || !r.HostValue.CompareAndSwap(0, value) {
@@ -19,12 +21,18 @@ func HasGoContext(c *Container, h uint64) bool {
 	return c.recs.ctxSlot(idx).Load() != nil
 }
 
-// DropRefAsC drops one of h's references as capi.c's dac_context_unref
-// does when it is not the last of a released context: one decrement of the
-// state word.
+// DropRefAsC drops one of h's references as C's dac_context_unref
+// (csrc/handles.c) does when it is not the last of a released context: one
+// decrement of the state word.
 func DropRefAsC(c *Container, h uint64) {
 	r, _, _ := c.record(h)
 	r.State.Add(^uint64(0))
+}
+
+// ViewReadsClock reports whether c publishes m's word to C as its clock
+// (View.Clock): what C's lookups date their uses by.
+func ViewReadsClock(c *Container, m *ManualClock) bool {
+	return c.view.Clock == uintptr(unsafe.Pointer(m.word))
 }
 
 // RecordOf returns the record h names (whatever its state).

@@ -104,13 +104,13 @@ func (c *Container) UnrefLastDeferred(h uint64) (bool, PendingDrop, error) {
 	if !referenced(st, gen) {
 		return false, PendingDrop{}, errBadHandle(h)
 	}
-	if st&^stateUncounted != uint64(gen)<<32|1 {
+	if st&^stateUncounted != genState(gen)|1 {
 		return false, PendingDrop{}, nil
 	}
 	// Under the shard's lock: the free list is the shard's.
 	s := c.shard(r.ID.Load())
 	s.mu.Lock()
-	if !r.State.CompareAndSwap(st, uint64(nextGen(gen))<<32) {
+	if !r.State.CompareAndSwap(st, genState(nextGen(gen))) {
 		s.mu.Unlock()
 		return false, PendingDrop{}, nil
 	}
@@ -141,7 +141,7 @@ func (c *Container) UncountedReferences() int64 {
 // UncountedRefs is where the host keeps references to records that their
 // state words do not count (the C ABI: one per thread, so that a thread's
 // retrieve and unref of a context every thread uses write no line the
-// others read; uncounted.c says how). A record's life that may have some has
+// others read; csrc/uncounted.c says how). A record's life that may have some has
 // the uncounted bit set. Settle moves every uncounted reference to handle h
 // into h's count, each as one compare-and-swap that requires h's life (a
 // reference whose holder drops it meanwhile is taken out again, without
@@ -191,6 +191,6 @@ func (c *Container) AgeRecord(h uint64, gen uint32) error {
 	if uint32(st) != 0 || stateGen(st) == 0 || gen < stateGen(st) {
 		return Errorf(ErrInvalidArgument, "record %d (state %#x) is not dead, or is retired, or is past generation %d", idx, st, gen)
 	}
-	r.State.Store(uint64(gen) << 32)
+	r.State.Store(genState(gen))
 	return nil
 }

@@ -96,7 +96,7 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 	if r.NWorkers.Load() != 0 {
 		r.NWorkers.Store(0)
 	}
-	now := coarseNow()
+	now := c.clock.now()
 	storeI64(&r.LastUsed, now)                             // dead until the state's store below: no other writer
 	c.recs.bornSlot(idx).Store(now)                        // atomic: a listing may read it through a handle of the record's last life
 	if r.HostValue.Load() != 0 || r.HostDrop.Load() != 0 { // set through a dead handle after the death
@@ -121,7 +121,7 @@ func (c *Container) create(s *indexShard, id int64, ref bool) (*Context, uint64,
 	storeU32(&r.Next, head.Load())
 	storeU32(head, idx+1) // published, with ID and Next, by the state's store below
 	s.count++
-	st := uint64(gen)<<32 | stateListed
+	st := genState(gen) | stateListed
 	if ref {
 		st++
 	}

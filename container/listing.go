@@ -46,5 +46,5 @@ func (c *Container) HandleTimes(h uint64) (born, lastUsed, now int64, err error)
 	if !referenced(r.State.Load(), gen) {
 		return 0, 0, 0, errBadHandle(h)
 	}
-	return born, lastUsed, coarseNow(), nil
+	return born, lastUsed, c.clock.now(), nil
 }

@@ -1,8 +1,8 @@
 package container_test
 
 import (
+	"slices"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -10,8 +10,9 @@ import (
 	"distautograd/container"
 )
 
-// unrefAll drops one reference from each handle, as capi.c's unref does:
-// the last of a released context through Go, any other by a decrement.
+// unrefAll drops one reference from each handle, as C's dac_context_unref
+// (csrc/handles.c) does: the last of a released context through Go, any
+// other by a decrement.
 func unrefAll(t *testing.T, c *container.Container, hs []uint64) {
 	for _, h := range hs {
 		done, err := c.UnrefLast(h)
@@ -68,13 +69,14 @@ func TestListHandlesListsEveryStoredContext(t *testing.T) {
 }
 
 func TestHandleTimesAgeAndIdle(t *testing.T) {
-	c := newContainer(t)
+	c, clock := newClockedContainer(t)
+	require.True(t, container.ViewReadsClock(c, clock), "C's lookups date uses by the container's clock")
 	old, err := c.GetOrCreateContext(first3)
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, clock.Advance(300))
 	young, err := c.GetOrCreateContext(first3 + 1)
 	require.NoError(t, err)
-	_ = young
+	require.NoError(t, clock.Advance(20))
 
 	// Listing is not a use: it leaves the idle times as they were, so a
 	// listing host never keeps a context from the reaper.
@@ -88,22 +90,21 @@ func TestHandleTimesAgeAndIdle(t *testing.T) {
 		require.NoError(t, err)
 		times[ctx.ID()] = [3]int64{born, last, now}
 	}
-	o, y := times[old.ID()], times[young.ID()]
-	assert.GreaterOrEqual(t, o[2]-o[0], int64(250), "the old one's age")
-	assert.GreaterOrEqual(t, o[2]-o[1], int64(250), "the old one is idle since it was made")
-	assert.Less(t, y[2]-y[0], int64(250), "the young one's age")
+	assert.Equal(t, [3]int64{0, 0, 320}, times[old.ID()], "the old one: born, last used, now")
+	assert.Equal(t, [3]int64{300, 300, 320}, times[young.ID()], "the young one: born, last used, now")
 	n, err := c.ReapIdleContexts(250)
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "only the old one was idle: the listing touched nothing")
 
 	// A use moves the idle time, not the age.
+	require.NoError(t, clock.Advance(30))
 	_, err = c.RetrieveContext(young.ID())
 	require.NoError(t, err)
-	for _, h := range hs {
-		born, last, _, err := c.HandleTimes(h)
-		require.NoError(t, err)
-		assert.LessOrEqual(t, born, last)
-	}
+	h := slices.IndexFunc(hs, func(h uint64) bool { ctx, err := c.HandleContext(h); return err == nil && ctx.ID() == young.ID() })
+	require.GreaterOrEqual(t, h, 0)
+	born, last, now, err := c.HandleTimes(hs[h])
+	require.NoError(t, err)
+	assert.Equal(t, [3]int64{300, 350, 350}, [3]int64{born, last, now}, "the young one after a use")
 	unrefAll(t, c, hs)
 
 	// A dead handle is refused.

@@ -85,9 +85,17 @@ const (
 	UncountedBit = stateUncounted
 )
 
-func stateGen(st uint64) uint32    { return uint32(st >> 32) }
+// GenShift is where a state word's generation starts, and a handle's: the
+// bits from GenShift up (C: DACC_GEN_SHIFT, generated from it).
+const GenShift = 32
+
+func stateGen(st uint64) uint32    { return uint32(st >> GenShift) }
 func stateRefs(st uint64) uint64   { return st & stateRefMask }
 func stateListedOf(st uint64) bool { return st&stateListed != 0 }
+
+// genState is the state word of generation gen: dead, unlisted, with no
+// references.
+func genState(gen uint32) uint64 { return uint64(gen) << GenShift }
 
 // nextGen is the generation after g. After the last it is 0, which no
 // handle has: the record is retired, never reused (die), so that no handle
@@ -96,10 +104,10 @@ func stateListedOf(st uint64) bool { return st&stateListed != 0 }
 func nextGen(g uint32) uint32 { return g + 1 }
 
 // Handle returns the handle of the record at index in generation gen.
-func Handle(index uint32, gen uint32) uint64 { return uint64(gen)<<32 | uint64(index) }
+func Handle(index uint32, gen uint32) uint64 { return genState(gen) | uint64(index) }
 
 // SplitHandle returns a handle's record index and generation.
-func SplitHandle(h uint64) (index uint32, gen uint32) { return uint32(h), uint32(h >> 32) }
+func SplitHandle(h uint64) (index uint32, gen uint32) { return uint32(h), stateGen(h) }
 
 const (
 	recordSize = int(unsafe.Sizeof(Record{}))

@@ -164,6 +164,6 @@ func (c *Container) ReapIdleContexts(idleMs int64) (int, error) {
 	if idleMs < 0 {
 		return 0, Errorf(ErrInvalidArgument, "max_idle_ms must be >= 0, got %d", idleMs)
 	}
-	now := coarseNow()
+	now := c.clock.now()
 	return c.releaseWhere(reapReason(idleMs), noWorker, func(r *Record) bool { return now-r.LastUsed.Load() >= idleMs }), nil
 }

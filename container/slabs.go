@@ -168,7 +168,7 @@ func (t *recordTable) grow() (uint32, error) {
 			return 0, Errorf(ErrLimit, "cannot commit memory for contexts: %v", err)
 		}
 		for i := range recordChunk {
-			t.at(uint32(n + i)).State.Store(1 << 32) // generation 1, dead
+			t.at(uint32(n + i)).State.Store(genState(1)) // generation 1, dead
 		}
 		t.slabs[k].ctxs.Load()[(n&slabMask)/recordChunk].Store(new(ctxChunk))
 		t.committed += recordChunk

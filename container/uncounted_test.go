@@ -10,9 +10,9 @@ import (
 	"distautograd/container"
 )
 
-// fakeUncounted holds references uncounted as the C ABI does (capi.c,
-// uncounted.c): a settle counts each in the record's state word first, then
-// forgets it; with dropWhileSettled, its holder drops it between the two,
+// fakeUncounted holds references uncounted as the C ABI does
+// (csrc/uncounted.c, csrc/refs.c): a settle counts each in the record's
+// state word first, then forgets it; with dropWhileSettled, its holder drops it between the two,
 // and the settle takes its count out again.
 type fakeUncounted struct {
 	c                *container.Container

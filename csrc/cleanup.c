@@ -1,30 +1,34 @@
-/* csrc/cleanup.c: the release fan-out's settings and the log hook.
-** Part of capi.c's one translation unit (capi.c says why): never compiled
-** alone. */
+/* csrc/cleanup.c: the release fan-out's settings and the log hook. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
-/* Declared in capi_internal.h: nonzero while this thread runs the cleanup sender. */
-__thread int dacc_tls_in_sender;
+#include "dacgo.h"
+#include "error.h"
+#include "fork.h"
+#include "host.h"
 
 /* ---- Release fan-out ---- */
 
 int dac_set_cleanup_sender(dac_cleanup_sender sender, void *user_data) {
 	GUARD_FORK();
 	/* From inside a sender it would wait for itself: it does not wait. */
-	return dacgo_set_cleanup_sender((void *)sender, user_data, dacc_tls_in_sender ? 0 : -1, err());
+	return dacgo_set_cleanup_sender((void *)sender, user_data, dacc_tls_in_sender ? 0 : -1, dacc_err());
 }
 
 int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, int64_t timeout_ms) {
 	GUARD_FORK();
 	if (timeout_ms < 0)
-		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
-	return dacgo_set_cleanup_sender((void *)sender, user_data, dacc_tls_in_sender ? 0 : timeout_ms, err());
+		return dacc_reject(DAC_ERR_INVALID_ARGUMENT, __func__, "timeout_ms must be >= 0");
+	return dacgo_set_cleanup_sender((void *)sender, user_data, dacc_tls_in_sender ? 0 : timeout_ms, dacc_err());
 }
 
 int dac_set_cleanup_sender_nonblocking(int nonblocking) {
 	GUARD_FORK();
 	if (nonblocking != 0 && nonblocking != 1)
-		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "nonblocking must be 0 or 1");
-	return dacgo_set_cleanup_nonblocking(nonblocking, err());
+		return dacc_reject(DAC_ERR_INVALID_ARGUMENT, __func__, "nonblocking must be 0 or 1");
+	return dacgo_set_cleanup_nonblocking(nonblocking, dacc_err());
 }
 
 /* The check of a sized struct's size field: at least its first version's
@@ -34,7 +38,7 @@ static int check_size(const char *fn, size_t size, size_t first, const char *arg
 		return DAC_OK;
 	char what[96];
 	snprintf(what, sizeof what, "%s->size must be set to sizeof(%s) (at least %zu)", arg, type, first);
-	return reject(DAC_ERR_INVALID_ARGUMENT, fn, what);
+	return dacc_reject(DAC_ERR_INVALID_ARGUMENT, fn, what);
 }
 
 /* The size of dac_cleanup_options' first version: size and four options. */
@@ -45,8 +49,8 @@ _Static_assert(sizeof(dac_cleanup_options) >= DACC_CLEANUP_OPTIONS_V1, "fields a
 ** fan-out (max_pending's bound, and its growth once messages were queued). */
 static int configure(const char *fn, dac_cleanup_options *o) {
 	if (o->max_attempts < 0 || o->initial_backoff_us < 0 || o->max_backoff_us < 0 || o->max_pending < 0)
-		return reject(DAC_ERR_INVALID_ARGUMENT, fn, "values must be >= 0 (0 selects the default)");
-	return dacgo_set_cleanup_options(o, err());
+		return dacc_reject(DAC_ERR_INVALID_ARGUMENT, fn, "values must be >= 0 (0 selects the default)");
+	return dacgo_set_cleanup_options(o, dacc_err());
 }
 
 int dac_cleanup_configure(const dac_cleanup_options *options) {
@@ -63,7 +67,7 @@ int dac_cleanup_configure(const dac_cleanup_options *options) {
 	memcpy(&o, options, known);
 	for (size_t i = known; i < size; i++)
 		if (((const unsigned char *)options)[i] != 0)
-			return reject(DAC_ERR_INVALID_ARGUMENT, __func__,
+			return dacc_reject(DAC_ERR_INVALID_ARGUMENT, __func__,
 			              "options sets an option this library does not know (past its sizeof(dac_cleanup_options))");
 	o.size = sizeof o;
 	return configure(__func__, &o);
@@ -90,7 +94,7 @@ int dac_cleanup_stats(dac_cleanup_counters *counters) {
 	if (rc != DAC_OK)
 		return rc;
 	dac_cleanup_counters c = {0};
-	rc = dacgo_cleanup_stats(&c, err());
+	rc = dacgo_cleanup_stats(&c, dacc_err());
 	if (rc != DAC_OK)
 		return rc;
 	c.size = size;
@@ -107,12 +111,12 @@ int dac_cleanup_flush(int64_t timeout_ms, int64_t *pending) {
 	if (timeout_ms < 0) {
 		char what[64];
 		snprintf(what, sizeof what, "timeout_ms must be >= 0, got %lld", (long long)timeout_ms);
-		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, what);
+		return dacc_reject(DAC_ERR_INVALID_ARGUMENT, __func__, what);
 	}
-	return dacgo_cleanup_flush(timeout_ms, dacc_tls_in_callback > 0, pending, err());
+	return dacgo_cleanup_flush(timeout_ms, dacc_tls_in_callback > 0, pending, dacc_err());
 }
 
 int dac_set_log_hook(dac_log_hook hook, void *user_data) {
 	GUARD_FORK();
-	return dacgo_set_log_hook((void *)hook, user_data, err());
+	return dacgo_set_log_hook((void *)hook, user_data, dacc_err());
 }

@@ -1,7 +1,13 @@
 /* csrc/contexts.c: the dac_* functions that name a context by its id: create,
-** look up, release.
-** Part of capi.c's one translation unit (capi.c says why): never compiled
-** alone. */
+** look up, release. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dacgo.h"
+#include "error.h"
+#include "fork.h"
+#include "library.h"
+#include "refs.h"
 
 /* ---- Contexts ---- */
 
@@ -9,9 +15,9 @@ int dac_context_new(dac_context **out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
 	uint64_t h = 0;
-	int rc = dacgo_context_new(&tls_current, &h, err());
+	int rc = dacgo_context_new(&dacc_tls_current, &h, dacc_err());
 	if (rc == DAC_OK)
-		*out = to_ptr(h);
+		*out = dacc_to_ptr(h);
 	return rc;
 }
 
@@ -20,10 +26,10 @@ int dac_context_new_id(dac_context **out, int64_t *context_id) {
 	CHECK_OUT(out);
 	CHECK_OUT(context_id);
 	uint64_t h = 0;
-	int rc = dacgo_context_new(&tls_current, &h, err());
+	int rc = dacgo_context_new(&dacc_tls_current, &h, dacc_err());
 	if (rc == DAC_OK) {
-		*out = to_ptr(h);
-		*context_id = tls_current; /* what dac_context_new just made current */
+		*out = dacc_to_ptr(h);
+		*context_id = dacc_tls_current; /* what dac_context_new just made current */
 	}
 	return rc;
 }
@@ -31,9 +37,9 @@ int dac_context_new_id(dac_context **out, int64_t *context_id) {
 /* A release, in Go; the host drop of a context that died there, here. */
 static int release(int64_t context_id, int if_present, const int32_t *worker_ids, size_t count, int *released) {
 	dacc_pending_drop d = {0, 0};
-	int rc = dacgo_context_release(&tls_current, context_id, if_present, (int32_t *)worker_ids, count, released, &d,
-	                               err());
-	run_pending_drop(&d);
+	int rc = dacgo_context_release(&dacc_tls_current, context_id, if_present, (int32_t *)worker_ids, count, released, &d,
+	                               dacc_err());
+	dacc_run_pending_drop(&d);
 	return rc;
 }
 
@@ -44,28 +50,28 @@ int dac_context_release(int64_t context_id) {
 
 int dac_release_contexts_of_worker(int32_t worker_id, int64_t *released) {
 	GUARD_FORK();
-	return dacgo_release_contexts_of_worker(worker_id, released, err());
+	return dacgo_release_contexts_of_worker(worker_id, released, dacc_err());
 }
 
 int dac_reap_idle_contexts(int64_t max_idle_ms, int64_t *released) {
 	GUARD_FORK();
-	return dacgo_reap_idle_contexts(max_idle_ms, released, err());
+	return dacgo_reap_idle_contexts(max_idle_ms, released, dacc_err());
 }
 
 /* The fast paths below come before the fork guard: in a child they find
-** no view (clear_for_child) and fall through to it. */
+** no view (capi.c: on_fork_child) and fall through to it. */
 
 static inline __attribute__((always_inline)) int current(const char *fn, dac_context **out) {
 	uint64_t h = 0;
-	if (__builtin_expect(tls_current != DAC_INVALID_ID && acquire(tls_current, &h) == DACC_ACQUIRED, 1)) {
-		*out = to_ptr(h);
+	if (__builtin_expect(dacc_tls_current != DAC_INVALID_ID && dacc_acquire(dacc_tls_current, &h) == DACC_ACQUIRED, 1)) {
+		*out = dacc_to_ptr(h);
 		return DAC_OK;
 	}
-	if (c_forked)
-		return forked(fn);
-	int rc = dacgo_context_current(tls_current, &h, err());
+	if (dacc_forked)
+		return dacc_forked_error(fn);
+	int rc = dacgo_context_current(dacc_tls_current, &h, dacc_err());
 	if (rc == DAC_OK)
-		*out = to_ptr(h);
+		*out = dacc_to_ptr(h);
 	return rc;
 }
 
@@ -79,27 +85,27 @@ int dac_context_current_id(dac_context **out, int64_t *context_id) {
 	CHECK_OUT(context_id);
 	int rc = current(__func__, out);
 	if (rc == DAC_OK)
-		*context_id = tls_current; /* the id it was found under */
+		*context_id = dacc_tls_current; /* the id it was found under */
 	return rc;
 }
 
 static inline __attribute__((always_inline)) int retrieve(const char *fn, int64_t context_id, int if_present,
                                                          dac_context **out) {
 	uint64_t h = 0;
-	int found = acquire(context_id, &h);
+	int found = dacc_acquire(context_id, &h);
 	if (__builtin_expect(found == DACC_ACQUIRED, 1)) {
-		*out = to_ptr(h);
+		*out = dacc_to_ptr(h);
 		return DAC_OK;
 	}
 	if (found == DACC_ABSENT && if_present) {
 		*out = NULL;
 		return DAC_OK;
 	}
-	if (c_forked)
-		return forked(fn);
-	int rc = dacgo_context_retrieve(context_id, if_present, &h, err());
+	if (dacc_forked)
+		return dacc_forked_error(fn);
+	int rc = dacgo_context_retrieve(context_id, if_present, &h, dacc_err());
 	if (rc == DAC_OK)
-		*out = to_ptr(h);
+		*out = dacc_to_ptr(h);
 	return rc;
 }
 
@@ -116,14 +122,14 @@ int dac_context_retrieve_if_present(int64_t context_id, dac_context **out) {
 int dac_context_get_or_create(int64_t context_id, dac_context **out) {
 	CHECK_OUT(out);
 	uint64_t h = 0;
-	if (__builtin_expect(acquire(context_id, &h) == DACC_ACQUIRED, 1)) {
-		*out = to_ptr(h);
+	if (__builtin_expect(dacc_acquire(context_id, &h) == DACC_ACQUIRED, 1)) {
+		*out = dacc_to_ptr(h);
 		return DAC_OK;
 	}
 	GUARD_FORK();
-	int rc = dacgo_context_get_or_create(context_id, &h, err());
+	int rc = dacgo_context_get_or_create(context_id, &h, dacc_err());
 	if (rc == DAC_OK)
-		*out = to_ptr(h);
+		*out = dacc_to_ptr(h);
 	return rc;
 }
 
@@ -133,10 +139,10 @@ int dac_context_get_or_create(int64_t context_id, dac_context **out) {
 ** thread's current id: Go resets that if the container's clean-up reaped
 ** it (container/reaped.go). */
 static inline __attribute__((always_inline)) int absent(int64_t context_id) {
-	dacc_view *v = view();
+	dacc_view *v = dacc_get_view();
 	uint32_t index;
 	int settled = 0;
-	return v != NULL && context_id != tls_current && lookup(v, context_id, &index, &settled) == NULL && settled;
+	return v != NULL && context_id != dacc_tls_current && dacc_lookup(v, context_id, &index, &settled) == NULL && settled;
 }
 
 int dac_context_release_if_present(int64_t context_id, int *released) {
@@ -152,7 +158,7 @@ int dac_context_release_if_present(int64_t context_id, int *released) {
 int dac_context_release_with_workers(int64_t context_id, const int32_t *worker_ids, size_t count, int *released) {
 	GUARD_FORK();
 	if (worker_ids == NULL && count != 0)
-		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "worker_ids must not be NULL when count is not 0");
+		return dacc_reject(DAC_ERR_INVALID_ARGUMENT, __func__, "worker_ids must not be NULL when count is not 0");
 	int in_range = 1; /* else Go says which is not, and changes nothing */
 	for (size_t i = 0; i < count; i++)
 		in_range &= worker_ids[i] >= 0 && worker_ids[i] <= UINT16_MAX;
@@ -165,10 +171,10 @@ int dac_context_release_with_workers(int64_t context_id, const int32_t *worker_i
 }
 
 int dac_context_is_valid(int64_t context_id) {
-	dacc_view *v = view();
+	dacc_view *v = dacc_get_view();
 	uint32_t index;
 	int settled = 0;
-	dacc_record *r = v ? lookup(v, context_id, &index, &settled) : NULL;
+	dacc_record *r = v ? dacc_lookup(v, context_id, &index, &settled) : NULL;
 	if (r != NULL) {
 		/* Listed with that id between two reads of one life of the record
 		** (a reference taken or dropped meanwhile changes nothing). */
@@ -178,5 +184,5 @@ int dac_context_is_valid(int64_t context_id) {
 			return DAC_OK;
 	}
 	GUARD_FORK();
-	return dacgo_context_is_valid(context_id, err());
+	return dacgo_context_is_valid(context_id, dacc_err());
 }

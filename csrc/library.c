@@ -1,11 +1,14 @@
 /* csrc/library.c: the library's own dac_* functions: versions, dac_init and
 ** what it set, message ids, and the calling thread's current context id
-** (which C owns).
-** Part of capi.c's one translation unit (capi.c says why): never compiled
-** alone. */
+** (which C owns: csrc/library.h). */
+#include <stdint.h>
 
-/* The calling thread's current context id: the native thread_local. */
-static DACC_TLS int64_t tls_current = DAC_INVALID_ID;
+#include "dacgo.h"
+#include "error.h"
+#include "fork.h"
+#include "library.h"
+
+DACC_TLS int64_t dacc_tls_current = DAC_INVALID_ID;
 
 /* For the functions that never enter Go: C's cache of Go's answer to "has
 ** dac_init succeeded?". Go is the one source of truth (it may say yes
@@ -14,7 +17,7 @@ static DACC_TLS int64_t tls_current = DAC_INVALID_ID;
 static int c_initialized;
 
 static __attribute__((noinline)) int check_initialized_slow(void) {
-	int rc = dacgo_check_initialized(err());
+	int rc = dacgo_check_initialized(dacc_err());
 	if (rc == DAC_OK)
 		__atomic_store_n(&c_initialized, 1, __ATOMIC_RELEASE);
 	return rc;
@@ -41,7 +44,7 @@ int dac_version_number(void) { return DAC_VERSION_NUMBER; }
 
 int dac_init(int64_t worker_id) {
 	GUARD_FORK();
-	int rc = dacgo_init(worker_id, err());
+	int rc = dacgo_init(worker_id, dacc_err());
 	if (rc == DAC_OK)
 		__atomic_store_n(&c_initialized, 1, __ATOMIC_RELEASE);
 	return rc;
@@ -50,19 +53,19 @@ int dac_init(int64_t worker_id) {
 int dac_worker_id(int32_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	return dacgo_worker_id(out, err());
+	return dacgo_worker_id(out, dacc_err());
 }
 
 int dac_max_id(int64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	return dacgo_max_id(out, err());
+	return dacgo_max_id(out, dacc_err());
 }
 
 int dac_num_contexts(int64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
-	return dacgo_num_contexts(out, err());
+	return dacgo_num_contexts(out, dacc_err());
 }
 
 /* Message ids come to each thread in blocks of DACC_MESSAGE_ID_BLOCK that Go
@@ -80,12 +83,14 @@ static DACC_TLS struct {
 	int64_t next, end;
 } tls_msg;
 
+void dacc_message_ids_forget(void) { tls_msg.next = tls_msg.end = 0; }
+
 /* The slow path, out of line so that the fast one saves no registers. */
 static __attribute__((noinline)) int new_message_id_block(int64_t *out) {
-	if (c_forked)
-		return forked("dac_new_autograd_message_id");
+	if (dacc_forked)
+		return dacc_forked_error("dac_new_autograd_message_id");
 	int64_t first = 0, count = 0;
-	int rc = dacgo_new_autograd_message_id_block(DACC_MESSAGE_ID_BLOCK, &first, &count, err());
+	int rc = dacgo_new_autograd_message_id_block(DACC_MESSAGE_ID_BLOCK, &first, &count, dacc_err());
 	if (rc != DAC_OK)
 		return rc;
 	*out = first;
@@ -107,13 +112,13 @@ int dac_debug_info(char *buf, size_t capacity, size_t *length) {
 	GUARD_FORK();
 	CHECK_OUT(length);
 	if (buf == NULL && capacity != 0)
-		return reject(DAC_ERR_INVALID_ARGUMENT, __func__, "buf must not be NULL when capacity is not 0");
-	return dacgo_debug_info(buf, capacity, length, err());
+		return dacc_reject(DAC_ERR_INVALID_ARGUMENT, __func__, "buf must not be NULL when capacity is not 0");
+	return dacgo_debug_info(buf, capacity, length, dacc_err());
 }
 
 int dac_set_max_contexts(int64_t max_contexts) {
 	GUARD_FORK();
-	return dacgo_set_max_contexts(max_contexts, err());
+	return dacgo_set_max_contexts(max_contexts, dacc_err());
 }
 
 /* ---- The calling thread's current context id: no Go call on success ---- */
@@ -122,7 +127,7 @@ int dac_current_context_id(int64_t *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
 	GUARD_INIT();
-	*out = tls_current;
+	*out = dacc_tls_current;
 	return DAC_OK;
 }
 
@@ -130,29 +135,29 @@ int dac_has_valid_context(int *out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
 	GUARD_INIT();
-	*out = tls_current != DAC_INVALID_ID;
+	*out = dacc_tls_current != DAC_INVALID_ID;
 	return DAC_OK;
 }
 
 int dac_set_current_context_id(int64_t context_id) {
 	GUARD_FORK();
 	GUARD_INIT();
-	if (tls_current != DAC_INVALID_ID)
-		return dacgo_fill_error(DAC_ERR_ALREADY_HAS_CONTEXT, err());
-	tls_current = context_id;
+	if (dacc_tls_current != DAC_INVALID_ID)
+		return dacgo_fill_error(DAC_ERR_ALREADY_HAS_CONTEXT, dacc_err());
+	dacc_tls_current = context_id;
 	return DAC_OK;
 }
 
 int dac_force_current_context_id(int64_t context_id) {
 	GUARD_FORK();
 	GUARD_INIT();
-	tls_current = context_id;
+	dacc_tls_current = context_id;
 	return DAC_OK;
 }
 
 int dac_clear_current_context(void) {
 	GUARD_FORK();
 	GUARD_INIT();
-	tls_current = DAC_INVALID_ID;
+	dacc_tls_current = DAC_INVALID_ID;
 	return DAC_OK;
 }

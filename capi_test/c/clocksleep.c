@@ -2,10 +2,13 @@
 ** and what is recorded meanwhile is still current. Once unused for its
 ** awake spell (a second of ticks), dac-clock waits in futex and is not
 ** woken again while the library is not called; a lookup of a context then
-** wakes it and records the current time, so a reap right after keeps the
-** context just used and takes the one left alone. Which system call the
-** thread waits in is read from /proc (futex: asleep; clock_nanosleep:
-** ticking). */
+** wakes it and records the current time, so the context just used is idle
+** for less than the one left alone by the time between their uses (what
+** the reaper compares with its bound). Which system call the thread waits
+** in is read from /proc (futex: asleep), and its voluntary context switches
+** (woken: it ran, and waited again). Nothing here depends on how long
+** anything takes: every wait is for a state, bounded by a minute only
+** against a hang. */
 #include "check.h"
 
 #include <dirent.h>
@@ -75,12 +78,11 @@ static int wait_asleep(int want) {
 
 int main(void) {
 	MUST(dac_init(3));
-	dac_context *c = NULL;
-	int64_t touched = ((int64_t)5 << 48) | 1, untouched = ((int64_t)5 << 48) | 2, n = -1;
+	dac_context *c = NULL, *left = NULL;
+	int64_t touched = ((int64_t)5 << 48) | 1, untouched = ((int64_t)5 << 48) | 2;
 	MUST(dac_context_get_or_create(touched, &c));
 	MUST(dac_context_unref(c));
-	MUST(dac_context_get_or_create(untouched, &c));
-	MUST(dac_context_unref(c));
+	MUST(dac_context_get_or_create(untouched, &left)); /* its reference kept: holding is not using */
 	int64_t made = now_ms();
 	REQUIRE(find_clock());
 	printf("asleep once unused: %s\n", wait_asleep(1) ? "yes" : "no");
@@ -88,18 +90,33 @@ int main(void) {
 	sleep_ms(300);
 	printf("stays asleep while the library is not called: %s\n",
 	       clock_switches() == before && clock_syscall() == SYS_futex ? "yes" : "no");
-	/* Both contexts idle for longer than the bound below (by the monotonic
-	** clock, whatever the coarse one did meanwhile), then one is used while
-	** the clock sleeps: a time recorded from the sleeping word would make
-	** it look as old as the other. */
-	while (now_ms() - made < 1300)
+	/* Both contexts unused for WAITED_MS at least (by the monotonic clock),
+	** then one is used while the clock sleeps: a time recorded from the
+	** sleeping word would make it look older than the other, and one
+	** recorded from its last tick (a second after the contexts were made)
+	** would make the two differ by about a second. Read the touched one's
+	** idle time first: both only grow, so a stall anywhere only makes the
+	** untouched one's larger. */
+	enum { WAITED_MS = 1600, CURRENT_MS = 1500 };
+	while (now_ms() - made < WAITED_MS)
 		sleep_ms(50);
 	MUST(dac_context_retrieve(touched, &c));
+	int64_t idle_touched = -1, idle_untouched = -1;
+	MUST(dac_context_times(c, NULL, &idle_touched));
+	MUST(dac_context_times(left, NULL, &idle_untouched));
 	MUST(dac_context_unref(c));
-	SHOW(dac_reap_idle_contexts(1000, &n));
-	printf("reaped: %" PRId64 ", the touched one: %s, the untouched one: %s\n", n,
-	       dac_context_is_valid(touched) == DAC_OK ? "kept" : "reaped",
-	       dac_context_is_valid(untouched) == DAC_OK ? "kept" : "reaped");
-	printf("ticking again: %s\n", wait_asleep(0) ? "yes" : "no");
+	MUST(dac_context_unref(left));
+	printf("the touched one idle for less than the untouched one, by the time between their uses: %s\n",
+	       idle_touched >= 0 && idle_untouched - idle_touched >= CURRENT_MS ? "yes" : "no");
+	if (!(idle_touched >= 0 && idle_untouched - idle_touched >= CURRENT_MS))
+		fprintf(stderr, "idle: touched %" PRId64 " ms, untouched %" PRId64 " ms\n", idle_touched, idle_untouched);
+	/* Woken: it ran, and waited again (a tick's sleep, or futex once more). */
+	int woken = 0;
+	for (int i = 0; i < 6000 && !woken; i++) {
+		woken = clock_switches() > before;
+		if (!woken)
+			sleep_ms(10);
+	}
+	printf("woken by the lookup: %s\n", woken ? "yes" : "no");
 	return 0;
 }

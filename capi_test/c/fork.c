@@ -296,7 +296,7 @@ static void busy(int threads, int rounds) {
 	MUST(dac_context_new(&parents_ctx));
 	MUST(dac_context_id(parents_ctx, &parents_id));
 	MUST(dac_context_add_known_worker_id(parents_ctx, 6));
-	/* The main thread also holds a reference uncounted (uncounted.c: its
+	/* The main thread also holds a reference uncounted (csrc/uncounted.c: its
 	** third lookup), which a child forked from it must not drop either. */
 	dac_context *again;
 	for (int i = 0; i < 2; i++) {

@@ -172,7 +172,7 @@ static void drop_all(struct worker *w, int i) {
 	drop_ref(w, i);
 }
 
-/* The most references held uncounted (the library's uncounted.c) seen at
+/* The most references held uncounted (the library's csrc/uncounted.c) seen at
 ** once: the history covers them only if some lookups held theirs so. */
 static int64_t uncounted_seen;
 

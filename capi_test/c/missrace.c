@@ -16,7 +16,7 @@
 #include <sched.h>
 
 #define STABLE 8
-#define CHURN_IDS 24 /* the chain stays shorter than capi.c's hop limit */
+#define CHURN_IDS 24 /* the chain stays shorter than the lookup's hop limit (csrc/records.h: DACC_MAX_HOPS) */
 #define SPREAD 300    /* ids of the same shard in other buckets: the index grows */
 #define CHURNERS 2
 #define READERS 3

@@ -198,7 +198,7 @@ int main(int argc, char **argv) {
 	for (int r = 0; r < rounds; r++) {
 		int64_t id = context_with_peer(), released = 0, made = now_ms();
 		sleep_ms(150);
-		/* The reaper's clock is a plain thread's (clock.c), not Go's: on a
+		/* The reaper's clock is a plain thread's (csrc/clock.c), not Go's: on a
 		** loaded machine it can lag behind by more than the 120 ms to spare,
 		** so a reap that finds the context not yet idle is tried again. */
 		for (int tries = 0; released == 0 && tries < 100; tries++) {

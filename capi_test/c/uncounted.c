@@ -1,5 +1,5 @@
 /* uncounted.c: references a thread holds uncounted (the library's
-** uncounted.c). A thread's
+** csrc/uncounted.c). A thread's
 ** second lookup of a context that threads look up often is held in the
 ** thread's slot, not in the context's count; every way such a reference
 ** can go must behave as a counted one does:

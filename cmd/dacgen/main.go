@@ -5,7 +5,7 @@
 //     function and the Status enum of the status codes;
 //   - container/codes.go: the status codes as Go constants (container.Code)
 //     and their names;
-//   - capi_status.h: the names that dac_status_string (capi.c) returns;
+//   - capi_status.h: the names that dac_status_string (csrc/error.c) returns;
 //
 // and, from container's own types (by reflection), capi_layout.h: the C
 // declaration of the records, bucket arrays and view that Go writes and C
@@ -192,7 +192,7 @@ func goCodes(codes []abi.Const) ([]byte, error) {
 func cNames(codes []abi.Const) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "/* %s */\n", generated)
-	b.WriteString("/* The names of the status codes, by value: dac_status_string (capi.c). */\n")
+	b.WriteString("/* The names of the status codes, by value: dac_status_string (csrc/error.c). */\n")
 	b.WriteString("static const char *const dacc_status_names[] = {\n")
 	for _, c := range codes {
 		fmt.Fprintf(&b, "\t%q,\n", c.Name)

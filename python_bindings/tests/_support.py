@@ -18,6 +18,8 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 BINDINGS = os.path.dirname(TESTS)
 ROOT = os.path.dirname(BINDINGS)
 BUILD_LIB = os.path.join(ROOT, "build", "libdistautograd.so")
+#: The library's testing build (make testing-lib): its dactest_* hooks.
+TESTING_LIB = os.path.join(ROOT, "build", "testing", "libdistautograd.so")
 
 WORKER = 3
 FIRST_ID = 3 << 48  # 844424930131968

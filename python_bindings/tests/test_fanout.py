@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 import unittest
@@ -281,14 +282,25 @@ class OwnProcess(unittest.TestCase):
         self.assertEqual(out["reap"], NEED_INIT)
 
     def test_reaper(self) -> None:
+        # On the library's testing build, whose container dates uses by a
+        # clock that moves only when told (dactest_use_manual_clock): what is
+        # idle is what the test says, however long the machine stalls it.
+        if not os.path.exists(_support.TESTING_LIB):
+            _support.loud_skip(self, "%s is missing (make testing-lib)" % _support.TESTING_LIB)
         out = _support.run_json(self, """
-            import json, time, distautograd as D
+            import ctypes, json, distautograd as D
+            from distautograd import _lib
+            testing = _lib.LIB
+            testing.dactest_advance_clock.argtypes = (ctypes.c_int64,)
+            refused = [testing.dactest_advance_clock(1)]      # no manual clock yet
+            assert testing.dactest_use_manual_clock() == 0
             D._init(2)
+            refused.append(testing.dactest_use_manual_clock())  # after dac_init
             sent = []
             D.set_cleanup_sender(lambda w, c: sent.append((w, c)))
             old = [D._get_or_create_context((5 << 48) + i) for i in range(3)]
             old[0]._add_known_worker_id(5)
-            time.sleep(0.3)
+            assert testing.dactest_advance_clock(300) == 0
             fresh = D._get_or_create_context((6 << 48) + 1)
             D._retrieve_context((5 << 48) + 2)    # a lookup counts as use
             reaped = D._reap_idle_contexts(0.15)
@@ -296,8 +308,9 @@ class OwnProcess(unittest.TestCase):
             print(json.dumps({"reaped": reaped, "left": sorted(D._retrieve_context_if_present(i) is not None
                               for i in ((5 << 48) + 2, (6 << 48) + 1)),
                               "sent": sent, "all": D._reap_idle_contexts(0),
-                              "n": D._get_debug_info()["num_autograd_contexts"]}))
-        """)
+                              "n": D._get_debug_info()["num_autograd_contexts"], "refused": refused}))
+        """, env=_support.child_env(DISTAUTOGRAD_LIBRARY=_support.TESTING_LIB))
+        self.assertEqual(out["refused"], [int(D.Status.ERR_INVALID_ARGUMENT)] * 2)
         self.assertEqual(out["reaped"], 2)
         self.assertEqual(out["left"], [True, True])
         self.assertEqual(out["sent"], [[5, 5 << 48]])

@@ -1,4 +1,4 @@
-/* uncounted.c: the references threads hold uncounted (the state word's
+/* csrc/uncounted.c: the references threads hold uncounted (the state word's
 ** protocol, whose uncounted bit and settle this file keeps, is
 ** docs/state-word.md's).
 **
@@ -10,14 +10,14 @@
 ** reference uncounted, in a slot of its own (handles.go: UncountedRefs): a
 ** lookup that finds the record listed writes the handle into its slot,
 ** reads the state again, and is done if the record is still listed in the
-** same life (capi.c: acquire); the thread's unref of that handle empties
-** the slot. Neither writes anything another thread reads.
+** same life (csrc/refs.h: dacc_acquire); the thread's unref of that handle
+** empties the slot. Neither writes anything another thread reads.
 **
 ** Who empties a slot: its thread (an unref, or a lookup that lost its race
 ** with a release), or a settle, which counts the reference in the state
 ** word first and then empties the slot, each by compare-and-swap, so that
 ** a reference is never in neither place (a settle whose slot changed under
-** it takes its count out again: dacc_undo_fn).
+** its caller takes its count out again: DACC_UNCOUNTED_UNDO).
 **
 ** Why a release misses none: a lookup writes its slot, then reads the
 ** state; a release unlists, then settles (reads the slots); all four
@@ -30,9 +30,10 @@
 ** looks up the one it releases, costs its release no settle).
 **
 ** Every death is decided after a settle: Go's release settles a record it
-** unlisted with no counted reference before it kills it, and capi.c settles
-** before it hands a record's last counted reference to Go. And a handle
-** goes to Go counted (capi.c: for_go), as Go knows only the count.
+** unlisted with no counted reference before it kills it, and C settles
+** before it hands a record's last counted reference to Go (csrc/refs.c:
+** dacc_unref_counted). And a handle goes to Go counted (csrc/refs.c:
+** dacc_for_go), as Go knows only the count.
 **
 ** Slots live in one static array that is never freed: a settle may read a
 ** slot whose thread has exited (the slot is then empty, or another
@@ -41,18 +42,17 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "capi_internal.h"
+#include "records.h"
+#include "uncounted.h"
 
 /* Threads with a slot at once; more get none (their references are counted). */
 #define DACC_UNCOUNTED_SLOTS 1024
 
 static dacc_uncounted_slot slots[DACC_UNCOUNTED_SLOTS];
-static uint32_t top; /* slots handed out so far: what a settle reads */
+static uint32_t slots_top; /* slots handed out so far: what a settle reads */
 static uint32_t free_slots[DACC_UNCOUNTED_SLOTS]; /* of threads that exited */
 static uint32_t nfree;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_key_t key;
-static dacc_undo_fn exit_undo;
+static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Both never hold a handle. The first is every thread's start, and not
 ** NULL so that the pointer goes in the TLS image's 8 bytes beside the
@@ -60,92 +60,75 @@ static dacc_undo_fn exit_undo;
 ** within 64 bytes (capi_test: TestStaticTLSIsSmall). */
 dacc_uncounted_slot dacc_uncounted_unassigned;
 dacc_uncounted_slot dacc_no_uncounted;
-__thread dacc_uncounted_slot *dacc_tls_uncounted __attribute__((tls_model("initial-exec"))) = &dacc_uncounted_unassigned;
+DACC_TLS dacc_uncounted_slot *dacc_tls_uncounted = &dacc_uncounted_unassigned;
 
-int dacc_uncounted_count_one(dacc_uncounted_slot *s, uint64_t h, dacc_undo_fn undo) {
+int dacc_uncounted_count_one(dacc_uncounted_slot *s, uint64_t h) {
 	uint32_t gen;
 	dacc_record *r = dacc_record_of(__atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE), h, &gen);
 	if (r == NULL)
-		return 0;
+		return DACC_UNCOUNTED_LEFT;
 	uint64_t st = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
 	do {
-		/* Another life: a lookup that failed holds that one, and takes it
-		** out itself. At the most references the record cannot die anyway. */
-		if ((uint32_t)(st >> 32) != gen || (st & DACC_STATE_REFS) == DACC_STATE_REFS)
-			return 0;
+		if (dacc_gen(st) != gen || (st & DACC_STATE_REFS) == DACC_STATE_REFS)
+			return DACC_UNCOUNTED_LEFT;
 	} while (!__atomic_compare_exchange_n(&r->state, &st, st + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE));
 	uint64_t expect = h;
 	if (__atomic_compare_exchange_n(&s->h, &expect, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-		return 1;
-	/* Its holder dropped it meanwhile: the count goes again. */
-	if (undo != NULL)
-		undo(h);
-	else
-		__atomic_sub_fetch(&r->state, 1, __ATOMIC_SEQ_CST);
-	return 0;
+		return DACC_UNCOUNTED_MOVED;
+	return DACC_UNCOUNTED_UNDO; /* its holder dropped it meanwhile */
 }
 
-int dacc_uncounted_settle(uint64_t h, dacc_undo_fn undo) {
+int dacc_uncounted_settle(uint64_t h, int *undo) {
 	int moved = 0;
-	uint32_t n = __atomic_load_n(&top, __ATOMIC_ACQUIRE);
-	for (uint32_t i = 0; i < n; i++)
-		if (__atomic_load_n(&slots[i].h, __ATOMIC_SEQ_CST) == h)
-			moved += dacc_uncounted_count_one(&slots[i], h, undo);
+	uint32_t n = __atomic_load_n(&slots_top, __ATOMIC_ACQUIRE);
+	for (uint32_t i = 0; i < n; i++) {
+		if (__atomic_load_n(&slots[i].h, __ATOMIC_SEQ_CST) != h)
+			continue;
+		int did = dacc_uncounted_count_one(&slots[i], h);
+		moved += did == DACC_UNCOUNTED_MOVED;
+		*undo += did == DACC_UNCOUNTED_UNDO;
+	}
 	return moved;
 }
 
-void dacc_uncounted_settle_raw(uint64_t h) { dacc_uncounted_settle(h, NULL); }
+void dacc_uncounted_settle_raw(uint64_t h) {
+	int undo = 0;
+	dacc_uncounted_settle(h, &undo);
+	uint32_t gen;
+	dacc_record *r = dacc_record_of(__atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE), h, &gen);
+	if (undo > 0 && r != NULL) /* r: it took those counts */
+		__atomic_sub_fetch(&r->state, (uint64_t)undo, __ATOMIC_SEQ_CST);
+}
 
 int64_t dacc_uncounted_count(void) {
 	int64_t count = 0;
 	uintptr_t base = __atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE);
-	uint32_t n = __atomic_load_n(&top, __ATOMIC_ACQUIRE);
+	uint32_t n = __atomic_load_n(&slots_top, __ATOMIC_ACQUIRE);
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t h = __atomic_load_n(&slots[i].h, __ATOMIC_ACQUIRE);
 		uint32_t gen;
 		const dacc_record *r = h != 0 ? dacc_record_of(base, h, &gen) : NULL;
-		if (r != NULL && (uint32_t)(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) >> 32) == gen)
+		if (r != NULL && dacc_gen(__atomic_load_n(&r->state, __ATOMIC_ACQUIRE)) == gen)
 			count++;
 	}
 	return count;
 }
 
-/* A thread that exits leaves its reference counted (whoever it handed the
-** handle to still holds it), and its slot to the next thread. */
-static void release_slot(void *p) {
-	dacc_uncounted_slot *s = p;
-	uint64_t h = __atomic_load_n(&s->h, __ATOMIC_ACQUIRE);
-	if (h != 0)
-		dacc_uncounted_count_one(s, h, exit_undo);
-	dacc_tls_uncounted = &dacc_no_uncounted; /* a later destructor's lookups are counted */
-	pthread_mutex_lock(&mu);
-	free_slots[nfree++] = (uint32_t)(s - slots);
-	pthread_mutex_unlock(&mu);
-}
-
-void dacc_uncounted_setup(dacc_undo_fn undo) {
-	exit_undo = undo;
-	pthread_key_create(&key, release_slot);
-}
-
-dacc_uncounted_slot *dacc_uncounted_assign(void) {
+dacc_uncounted_slot *dacc_uncounted_take(void) {
 	uint32_t i = DACC_UNCOUNTED_SLOTS;
-	pthread_mutex_lock(&mu);
+	pthread_mutex_lock(&slots_mu);
 	if (nfree > 0)
 		i = free_slots[--nfree];
-	else if (top < DACC_UNCOUNTED_SLOTS)
-		__atomic_store_n(&top, (i = top) + 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&mu);
-	dacc_uncounted_slot *s = &dacc_no_uncounted;
-	if (i != DACC_UNCOUNTED_SLOTS) {
-		if (pthread_setspecific(key, &slots[i]) == 0) {
-			s = &slots[i];
-		} else {
-			pthread_mutex_lock(&mu);
-			free_slots[nfree++] = i;
-			pthread_mutex_unlock(&mu);
-		}
-	}
-	dacc_tls_uncounted = s;
-	return s;
+	else if (slots_top < DACC_UNCOUNTED_SLOTS)
+		__atomic_store_n(&slots_top, (i = slots_top) + 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&slots_mu);
+	return i == DACC_UNCOUNTED_SLOTS ? &dacc_no_uncounted : &slots[i];
 }
+
+void dacc_uncounted_put_back(dacc_uncounted_slot *s) {
+	pthread_mutex_lock(&slots_mu);
+	free_slots[nfree++] = (uint32_t)(s - slots);
+	pthread_mutex_unlock(&slots_mu);
+}
+
+void dacc_uncounted_forget(void) { dacc_tls_uncounted = &dacc_no_uncounted; }

@@ -1,4 +1,4 @@
-/* clock.c: the coarse clock behind the reaper (container/clock.go says why
+/* csrc/clock.c: the coarse clock behind the reaper (container/clock.go says why
 ** coarse): a word of milliseconds that a plain thread, dac-clock, advances
 ** every tick, and that lookups copy into the contexts they touch.
 **
@@ -13,14 +13,17 @@
 ** ticks again. So every time a reader records is current, asleep or not,
 ** and a reader busy all the time pays one wake per DACC_CLOCK_AWAKE_MS
 ** (once a second). */
-#define _GNU_SOURCE /* pthread_setname_np */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_setname_np (capi.c defines it for the whole unit) */
+#endif
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 
-#include "capi_internal.h"
+#include "../capi_layout.h"
+#include "clock.h"
 
 /* How long the thread ticks after a wake before it sleeps. The tick is
 ** Go's (container/clock.go: clockTick), given to dacc_clock_start: this
