@@ -319,7 +319,7 @@ test-go-runtime: $(OVERLAY) $(LIB) $(BUILD)/nooverlay/libdistautograd.so ## Go's
 	DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 60m -v -run '^TestResponsiveness$$' ./capi_test/ || status=1; \
 	exit $$status
 
-generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h; from container/'s types: capi_layout.h
+generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h; from container/'s types: capi_layout.h; from container/'s constants: the header's defaults and limits (and _abi.py's)
 	$(GO) run ./cmd/dacgen
 
 clean: ## remove build outputs

@@ -89,6 +89,29 @@ extern "C" {
 /* The sentinel current context id of a thread that has none. */
 #define DAC_INVALID_ID ((int64_t)-1)
 
+/* Defaults and limits, each named once (in the library's Go source) and
+** stated here; the functions that take or follow them say what each means. */
+/* dacgen:constants:begin: written by cmd/dacgen from container/ (make generate) */
+/* max_attempts' default: the native component's 20 retries and the first
+** attempt (container.DefaultCleanupAttempts) */
+#define DAC_CLEANUP_DEFAULT_MAX_ATTEMPTS 21
+/* initial_backoff_us' default: the wait before a message's first retry,
+** doubling per retry (container.DefaultCleanupInitialBackoff) */
+#define DAC_CLEANUP_DEFAULT_INITIAL_BACKOFF_US 10000
+/* max_backoff_us' default: the longest wait between two attempts
+** (container.DefaultCleanupMaxBackoff) */
+#define DAC_CLEANUP_DEFAULT_MAX_BACKOFF_US 2000000
+/* max_pending's default: messages queued or awaiting a retry before one
+** more is dropped (container.DefaultCleanupMaxPending) */
+#define DAC_CLEANUP_DEFAULT_MAX_PENDING 65536
+/* the most max_pending may be: its queue is allocated up front
+** (container.MaxCleanupPending) */
+#define DAC_CLEANUP_MAX_PENDING_LIMIT 4194304
+/* how many autograd message ids a thread takes from the one counter at
+** once (container.MessageIDBlock) */
+#define DAC_MESSAGE_ID_BLOCK 4096
+/* dacgen:constants:end */
+
 /* A handle to a context: it names the context, and every function that
 ** returns one returns a new reference to it, which the caller must drop
 ** with dac_context_unref (two lookups of one context give the same handle
@@ -149,9 +172,11 @@ int dac_num_contexts(int64_t *out);
 
 /* Writes a new autograd message id, unique in this process and never reused;
 ** DAC_ERR_EXHAUSTED once the counter reaches max_id. Each thread takes ids in
-** blocks from the one counter, so a thread's successive ids are consecutive
-** but ids of different threads interleave by block, not one by one as in the
-** native component (which only promises uniqueness too). */
+** blocks of DAC_MESSAGE_ID_BLOCK from the one counter, so a thread's
+** successive ids are consecutive but ids of different threads interleave by
+** block, not one by one as in the native component (which only promises
+** uniqueness too). Ids a thread reserved and did not use before it exited
+** are never issued. */
 int dac_new_autograd_message_id(int64_t *out);
 
 /* Writes debug information as a JSON object of integer values, NUL-terminated,
@@ -173,16 +198,21 @@ int dac_new_autograd_message_id(int64_t *out);
 ** does not need it). */
 int dac_debug_info(char *buf, size_t capacity, size_t *length);
 
-/* Caps the number of live contexts (0, the default: no cap). Without a cap
-** the container has no limit of its own: contexts (listed, or released and
-** still referenced by handles) live while memory allows, about 80 bytes
-** each, and a creation that the system refuses memory for fails with
-** DAC_ERR_LIMIT; the handle format's bound, 4294967295 at once, lies past
-** any machine's memory for them. Past the cap,
-** dac_context_new and dac_context_get_or_create fail with DAC_ERR_LIMIT, so a
-** flood of messages naming unknown passes cannot exhaust memory. The cap
-** holds exactly for every creation that starts after this returns; one
-** under way while it runs is counted, never refused. */
+/* Caps the number of live contexts (0, the default: no cap). Past the cap,
+** dac_context_new and dac_context_get_or_create fail with DAC_ERR_LIMIT
+** ("distautograd: the container holds N contexts, its limit
+** (max_contexts); ..."), each refusal counted (dac_debug_info's
+** refused_contexts), so a flood of messages naming unknown passes cannot
+** exhaust memory; a release makes room again. The cap holds exactly for
+** every creation that starts after this returns; one under way while it
+** runs is counted, never refused. Without a cap, as natively, the
+** container has no limit but memory: contexts (listed, or released and
+** still referenced by handles) take a 64-byte record each and their share
+** of the index (docs/benchmarks.md, "Memory", has the figure measured), in
+** records that grow as needed; a creation that the system refuses memory
+** (or address space) for fails with DAC_ERR_LIMIT. The handle format's
+** bound, 4294967295 contexts at once, lies past any machine's memory for
+** them. */
 int dac_set_max_contexts(int64_t max_contexts);
 
 /* ---- Contexts ----------------------------------------------------------- */
@@ -450,29 +480,35 @@ int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, i
 int dac_set_cleanup_sender_nonblocking(int nonblocking);
 
 /* The fan-out's options, for dac_cleanup_configure; a field 0 selects its
-** default. The caller sets size to sizeof(dac_cleanup_options): fields are
-** only ever added at the end, so a program built against an older header
-** leaves the options it does not know at their defaults, and one built
-** against a newer header may set only the options this library knows (the
-** bytes past them must be 0, else DAC_ERR_INVALID_ARGUMENT). */
+** default (DAC_CLEANUP_DEFAULT_*, above, in this version). The caller sets
+** size to sizeof(dac_cleanup_options): fields are only ever added at the
+** end, so a program built against an older header leaves the options it
+** does not know at their defaults, and one built against a newer header may
+** set only the options this library knows (the bytes past them must be 0,
+** else DAC_ERR_INVALID_ARGUMENT). */
 typedef struct dac_cleanup_options {
 	size_t size;                /* set by the caller: sizeof(dac_cleanup_options) */
-	int32_t max_attempts;       /* per message, the first included; 21 (the native 20 retries) */
-	int64_t initial_backoff_us; /* before the first retry, doubling per retry; 10000 */
-	int64_t max_backoff_us;     /* the longest wait between attempts; 2000000 */
+	int32_t max_attempts;       /* per message, the first included;
+	                            ** 0: DAC_CLEANUP_DEFAULT_MAX_ATTEMPTS */
+	int64_t initial_backoff_us; /* before the first retry, doubling per retry;
+	                            ** 0: DAC_CLEANUP_DEFAULT_INITIAL_BACKOFF_US */
+	int64_t max_backoff_us;     /* the longest wait between attempts;
+	                            ** 0: DAC_CLEANUP_DEFAULT_MAX_BACKOFF_US */
 	int64_t max_pending;        /* messages queued or awaiting a retry, past which one is
-	                            ** dropped, counted and logged; 65536 */
+	                            ** dropped, counted and logged;
+	                            ** 0: DAC_CLEANUP_DEFAULT_MAX_PENDING; at most
+	                            ** DAC_CLEANUP_MAX_PENDING_LIMIT */
 } dac_cleanup_options;
 
 /* Tunes the fan-out, for messages from now on: every option at once, each
 ** 0 taking its default. DAC_ERR_INVALID_ARGUMENT if options is NULL, its
 ** size is smaller than this struct's first version (40 bytes) or sets an
 ** option this library does not know, a value is negative, max_pending is
-** above 4194304 (its queue is allocated up front), or max_pending grows
-** past its current value once a cleanup message was queued (the queue
-** cannot grow under running senders). A backoff too long for int64_t
-** nanoseconds is taken as the longest one. May be called before dac_init.
-** Since 0.5.0, as dac_cleanup_options. */
+** above DAC_CLEANUP_MAX_PENDING_LIMIT (its queue is allocated up front), or
+** max_pending grows past its current value once a cleanup message was
+** queued (the queue cannot grow under running senders). A backoff too long
+** for int64_t nanoseconds is taken as the longest one. May be called before
+** dac_init. Since 0.5.0, as dac_cleanup_options. */
 int dac_cleanup_configure(const dac_cleanup_options *options);
 
 /* dac_cleanup_configure with the first version's four options, positional:

@@ -352,13 +352,14 @@ using CleanupSender = std::function<bool(worker_id_t workerId, int64_t contextId
 using LogHook = std::function<void(int level, const std::string& message)>;
 
 // CleanupOptions tune the fan-out; a zero field takes the library's default
-// (see dac_cleanup_options: 21 attempts, 10 ms initial backoff doubling
-// up to 2 s, 65536 pending messages).
+// (dac_cleanup_options: the defaults are distautograd.h's
+// DAC_CLEANUP_DEFAULT_* macros).
 struct CleanupOptions {
   int32_t maxAttempts = 0;                       // attempts per message, the first included
-  std::chrono::microseconds initialBackoff{0};   // wait before the first retry
+  std::chrono::microseconds initialBackoff{0};   // wait before the first retry, doubling per retry
   std::chrono::microseconds maxBackoff{0};       // longest wait between attempts
-  int64_t maxPending = 0;                        // messages queued or awaiting a retry
+  int64_t maxPending = 0;                        // messages queued or awaiting a retry (at most
+                                                 // DAC_CLEANUP_MAX_PENDING_LIMIT)
 };
 
 // CleanupStats are the fan-out's counters of cleanup messages, one message
