@@ -112,6 +112,21 @@ extern "C" {
 #define DAC_MESSAGE_ID_BLOCK 4096
 /* dacgen:constants:end */
 
+/* Marks a declaration kept for the programs written against it: a call
+** warns, naming what replaces it (the declaration says since when). A
+** program that must call it under -Werror silences the warning where it
+** calls (#pragma GCC diagnostic ignored "-Wdeprecated-declarations"), or
+** defines DAC_DEPRECATED(msg) as nothing before it includes this header. */
+#ifndef DAC_DEPRECATED
+#if defined(__GNUC__) || defined(__clang__)
+#define DAC_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#elif defined(_MSC_VER)
+#define DAC_DEPRECATED(msg) __declspec(deprecated(msg))
+#else
+#define DAC_DEPRECATED(msg)
+#endif
+#endif
+
 /* A handle to a context: it names the context, and every function that
 ** returns one returns a new reference to it, which the caller must drop
 ** with dac_context_unref (two lookups of one context give the same handle
@@ -481,11 +496,11 @@ int dac_set_cleanup_sender_nonblocking(int nonblocking);
 
 /* The fan-out's options, for dac_cleanup_configure; a field 0 selects its
 ** default (DAC_CLEANUP_DEFAULT_*, above, in this version). The caller sets
-** size to sizeof(dac_cleanup_options): fields are only ever added at the
-** end, so a program built against an older header leaves the options it
-** does not know at their defaults, and one built against a newer header may
-** set only the options this library knows (the bytes past them must be 0,
-** else DAC_ERR_INVALID_ARGUMENT). */
+** size to sizeof(dac_cleanup_options), as DAC_CLEANUP_OPTIONS_INIT does:
+** fields are only ever added at the end, so a program built against an
+** older header leaves the options it does not know at their defaults, and
+** one built against a newer header may set only the options this library
+** knows (the bytes past them must be 0, else DAC_ERR_INVALID_ARGUMENT). */
 typedef struct dac_cleanup_options {
 	size_t size;                /* set by the caller: sizeof(dac_cleanup_options) */
 	int32_t max_attempts;       /* per message, the first included;
@@ -500,19 +515,31 @@ typedef struct dac_cleanup_options {
 	                            ** DAC_CLEANUP_MAX_PENDING_LIMIT */
 } dac_cleanup_options;
 
+/* A dac_cleanup_options with its size set and every option at its default,
+** to start from (libgit2's way): dac_cleanup_options o =
+** DAC_CLEANUP_OPTIONS_INIT; o.max_attempts = 5; dac_cleanup_configure(&o);
+** Since 0.6.0. */
+#define DAC_CLEANUP_OPTIONS_INIT {sizeof(dac_cleanup_options), 0, 0, 0, 0}
+
 /* Tunes the fan-out, for messages from now on: every option at once, each
 ** 0 taking its default. DAC_ERR_INVALID_ARGUMENT if options is NULL, its
 ** size is smaller than this struct's first version (40 bytes) or sets an
 ** option this library does not know, a value is negative, max_pending is
-** above DAC_CLEANUP_MAX_PENDING_LIMIT (its queue is allocated up front), or
-** max_pending grows past its current value once a cleanup message was
-** queued (the queue cannot grow under running senders). A backoff too long
-** for int64_t nanoseconds is taken as the longest one. May be called before
+** above DAC_CLEANUP_MAX_PENDING_LIMIT ("distautograd:
+** dac_cleanup_configure: max_pending must be at most N (its queue is
+** allocated up front), got M"), or max_pending grows past its current value
+** once a cleanup message was queued, as the queue cannot grow under running
+** senders ("distautograd: dac_cleanup_configure: max_pending cannot grow
+** past N once cleanup messages were sent; ..."). A backoff too long for
+** int64_t nanoseconds is taken as the longest one. May be called before
 ** dac_init. Since 0.5.0, as dac_cleanup_options. */
 int dac_cleanup_configure(const dac_cleanup_options *options);
 
-/* dac_cleanup_configure with the first version's four options, positional:
-** kept for the programs written against it (its messages name it). */
+/* Deprecated since 0.6.0: dac_cleanup_configure with the first version's
+** four options, positional, kept for the programs written against it. It
+** refuses as dac_cleanup_configure does, its messages naming it
+** ("distautograd: dac_set_cleanup_options: ..."). */
+DAC_DEPRECATED("use dac_cleanup_configure with DAC_CLEANUP_OPTIONS_INIT")
 int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                             int64_t max_pending);
 

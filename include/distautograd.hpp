@@ -698,8 +698,7 @@ class DistAutogradContainer {
   // (DAC_ERR_INVALID_ARGUMENT) for a negative value, or a maxPending larger
   // than before once messages were sent.
   static void setCleanupOptions(const CleanupOptions& options) {
-    dac_cleanup_options o{};
-    o.size = sizeof o;
+    dac_cleanup_options o = DAC_CLEANUP_OPTIONS_INIT;
     o.max_attempts = options.maxAttempts;
     o.initial_backoff_us = options.initialBackoff.count();
     o.max_backoff_us = options.maxBackoff.count();
