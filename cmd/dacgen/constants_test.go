@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -109,7 +108,7 @@ func restatingFiles(t *testing.T) []string {
 		}
 	}
 	if len(files) < 20 {
-		t.Fatal(fmt.Sprintf("only %d files to read from %s: run from cmd/dacgen", len(files), root))
+		t.Fatalf("only %d files to read from %s: run from cmd/dacgen", len(files), root)
 	}
 	return files
 }
