@@ -1,7 +1,8 @@
 // Package docs_test checks the Markdown documents of the repository (the
-// READMEs and docs/*.md): every relative link resolves, and every test a
+// READMEs and docs/*.md): every relative link resolves, every test a
 // document cites by name exists, so that a promise never points to a test
-// that was renamed or deleted.
+// that was renamed or deleted, and contract.md's map of names covers the
+// header and names only what the C++ and Python APIs define.
 package docs_test
 
 import (
@@ -330,5 +331,50 @@ func TestCitationCheck(t *testing.T) {
 	sort.Strings(got)
 	if strings.Join(got, " ") != "TestA TestB TestC test_m.C.test_x" {
 		t.Errorf("citations: %v", got)
+	}
+}
+
+// contract.md maps every function of the header, and every C++ and Python
+// name it gives is one distautograd.hpp or the Python package defines, so
+// the map cannot fall behind the API.
+func TestContractMapsTheAPI(t *testing.T) {
+	contract := read(t, filepath.Join("docs", "contract.md"))
+	header := read(t, filepath.Join("include", "distautograd.h"))
+	hpp := read(t, filepath.Join("include", "distautograd.hpp"))
+	var py strings.Builder
+	pyFiles, err := filepath.Glob(filepath.Join(root, "python_bindings", "distautograd", "*.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pyFiles {
+		rel, _ := filepath.Rel(root, p)
+		py.WriteString(read(t, rel))
+	}
+	functions := regexp.MustCompile(`(?m)^(?:int |const char \*)(dac_\w+)\(`).FindAllStringSubmatch(header, -1)
+	if len(functions) < 50 {
+		t.Fatalf("only %d functions found in the header", len(functions))
+	}
+	for _, f := range functions {
+		if !strings.Contains(contract, "`"+f[1]+"`") {
+			t.Errorf("docs/contract.md does not map %s", f[1])
+		}
+	}
+	call := regexp.MustCompile("`(?:[\\w.]+\\.)?(\\w+)\\(")
+	for i, line := range strings.Split(contract, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 6 || !strings.HasPrefix(line, "| ") {
+			continue
+		}
+		cpp, python := cells[3], cells[4]
+		for _, m := range call.FindAllStringSubmatch(cpp, -1) {
+			if !regexp.MustCompile(`\b` + m[1] + `\(`).MatchString(hpp) {
+				t.Errorf("docs/contract.md:%d: C++ %s() is not in distautograd.hpp", i+1, m[1])
+			}
+		}
+		for _, m := range call.FindAllStringSubmatch(python, -1) {
+			if !regexp.MustCompile(`(?m)^\s*(?:def|class) ` + m[1] + `\b`).MatchString(py.String()) {
+				t.Errorf("docs/contract.md:%d: Python %s() is not in the package", i+1, m[1])
+			}
+		}
 	}
 }

@@ -3,7 +3,11 @@
 ** distributed autograd contexts that PyTorch's RPC framework keeps on every
 ** worker, implemented in Go and served through this plain C ABI.
 **
-** This header is the whole contract. Every function:
+** This header is the whole contract: each function, constant and rule is
+** documented where it is declared. Where torch's container has the same
+** operation, it behaves the same, messages included; docs/contract.md maps
+** the names across C, C++, Python and torch, and docs/torch-compat.md lists
+** every difference from torch. Every function:
 **   - returns an int status: DAC_OK (0) on success, a DAC_ERR_* code on failure;
 **   - on failure leaves a message for the calling thread in dac_last_error(),
 **     byte for byte the message the native PyTorch component raises where it
@@ -16,14 +20,23 @@
 **
 ** Id layout: a context id and an autograd message id are int64_t values whose
 ** top 16 bits are the worker id and low 48 bits a per-worker counter starting
-** at 0; max_id = (worker_id << 48) | (2^48 - 1), in signed 64-bit arithmetic
-** (so negative for worker ids >= 32768). Ids are never reused; max_id itself
-** is never issued; a counter that reaches it fails with DAC_ERR_EXHAUSTED.
+** at 0 (context ids and message ids are two counters of that layout);
+** max_id = (worker_id << 48) | (2^48 - 1), in signed 64-bit arithmetic, as
+** the native component computes it from its int16_t worker id (so negative
+** for worker ids >= 32768). Worker 3's first id is 844424930131968 and its
+** max_id 1125899906842623; worker 32768's first id is INT64_MIN, worker
+** 40000's -7187745005283311616; worker 65535's max_id is -1, the value that
+** also means "no current context". An id is the previous one plus one; ids
+** are never reused; max_id itself is never issued: a counter that reaches
+** it fails with DAC_ERR_EXHAUSTED and changes nothing else.
 **
 ** Current context: each OS thread has its own current context id (-1: none),
 ** exactly as the native C++ thread_local. A new thread has none; a thread that
-** exits loses its own; releasing a context resets only the releasing thread's
-** current id, so other threads may hold a stale one (see dac_context_current).
+** exits loses its own (its context stays stored); releasing a context resets
+** only the releasing thread's current id, so other threads may hold a stale
+** one: dac_context_current then fails with DAC_ERR_NOT_FOUND and
+** dac_context_new with DAC_ERR_ALREADY_HAS_CONTEXT until the thread clears
+** or forces its id (dac_clear_current_context).
 **
 ** Fork: the Go runtime does not survive fork(). In a child process forked
 ** after this library was loaded, every function fails at once with
@@ -186,7 +199,9 @@ int dac_max_id(int64_t *out);
 int dac_num_contexts(int64_t *out);
 
 /* Writes a new autograd message id, unique in this process and never reused;
-** DAC_ERR_EXHAUSTED once the counter reaches max_id. Each thread takes ids in
+** DAC_ERR_EXHAUSTED ("distautograd: autograd message ids are exhausted: the
+** next id would reach max_id N") once the counter reaches max_id, on every
+** thread once its block is used up. Each thread takes ids in
 ** blocks of DAC_MESSAGE_ID_BLOCK from the one counter, so a thread's
 ** successive ids are consecutive but ids of different threads interleave by
 ** block, not one by one as in the native component (which only promises
@@ -233,10 +248,13 @@ int dac_set_max_contexts(int64_t max_contexts);
 /* ---- Contexts ----------------------------------------------------------- */
 
 /* Creates a context with the next context id, stores it, makes it the calling
-** thread's current context and writes a new reference to *out. Fails with
+** thread's current context and writes a new reference to *out; if
+** dac_context_get_or_create already stored a context under that id, that one
+** is the context (as the native emplace keeps it). Fails with
 ** DAC_ERR_ALREADY_HAS_CONTEXT ("Already have an autograd context id for this
 ** thread.") if the thread has a current context id (unless its context was
-** reaped: see dac_reap_idle_contexts), DAC_ERR_EXHAUSTED at max_id,
+** reaped: see dac_reap_idle_contexts), DAC_ERR_EXHAUSTED ("distautograd:
+** context ids are exhausted: the next id would reach max_id N") at max_id,
 ** DAC_ERR_LIMIT past dac_set_max_contexts; a failure changes nothing. */
 int dac_context_new(dac_context **out);
 
@@ -268,7 +286,8 @@ int dac_context_retrieve_if_present(int64_t context_id, dac_context **out);
 
 /* Writes a new reference to the context with id context_id, creating and
 ** storing it if there is none (a message from another worker naming a pass
-** this worker has not seen). Does not change any thread's current context. */
+** this worker has not seen); any id is taken, max_id and other workers'
+** ids included. Does not change any thread's current context. */
 int dac_context_get_or_create(int64_t context_id, dac_context **out);
 
 /* Succeeds if a context with id context_id is stored, else DAC_ERR_NOT_FOUND
@@ -389,8 +408,10 @@ int dac_context_list(dac_context **out, size_t capacity, size_t *count);
 int dac_context_times(dac_context *ctx, int64_t *age_ms, int64_t *idle_ms);
 
 /* Registers the host's send function fn (an opaque value that distautograd
-** never interprets) under autograd message id message_id. A second one under
-** the same id is DAC_ERR_INVALID_ARGUMENT. */
+** never interprets: in torch, an autograd graph node) under autograd message
+** id message_id. A second one under the same id is DAC_ERR_INVALID_ARGUMENT
+** ("distautograd: a send function is already registered for autograd
+** message id: 7"), and the first stays. */
 int dac_context_add_send_function(dac_context *ctx, int64_t message_id, uint64_t fn);
 
 /* Registers the host's recv function fn under message_id, as above. */

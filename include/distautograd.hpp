@@ -20,22 +20,10 @@
 // byte the message the native component raises (its first line: the native
 // c10::Error appends a backtrace) and whose status() is the DAC_ERR_* code.
 //
-// Where it differs from the native API, on purpose:
-//   - The send and recv functions of a context are the host runtime's opaque
-//     uint64_t values, not std::shared_ptr<SendRpcBackward> (distautograd runs
-//     no autograd engine): addSendFunction(fn, id), retrieveSendFunction(id),
-//     sendFunctions() and their recv counterparts take and give uint64_t.
-//   - Two ContextPtr to the same context are not the same object: every call
-//     that returns one takes a new reference from the library. Compare
-//     contextId(), not pointers.
-//   - The static functions setCurrentContextId, forceCurrentContextId and
-//     currentContextId throw "Need to initialize distributed autograd using
-//     torch.distributed.autograd.init()" before init(); the native ones run
-//     before init too.
-//   - A counter that would pass getMaxId() throws Error (DAC_ERR_EXHAUSTED);
-//     the native component fails an internal assertion.
-//   - A second send (or recv) function under the same message id throws
-//     Error (DAC_ERR_INVALID_ARGUMENT); the native one fails an assertion.
+// Where it differs from the native API, on purpose: docs/torch-compat.md
+// lists each difference, and why (send and recv functions, for one, are
+// the host's opaque uint64_t values).
+//
 // What it adds: retrieveContextIfPresent (nullptr if absent), ContextGuard
 // (a context for the length of a scope), retrieveRecvFunction, the
 // library's own container operations (setMaxContexts, releaseContextsOfWorker,
