@@ -201,12 +201,12 @@ int dac_num_contexts(int64_t *out);
 /* Writes a new autograd message id, unique in this process and never reused;
 ** DAC_ERR_EXHAUSTED ("distautograd: autograd message ids are exhausted: the
 ** next id would reach max_id N") once the counter reaches max_id, on every
-** thread once its block is used up. Each thread takes ids in
-** blocks of DAC_MESSAGE_ID_BLOCK from the one counter, so a thread's
-** successive ids are consecutive but ids of different threads interleave by
-** block, not one by one as in the native component (which only promises
-** uniqueness too). Ids a thread reserved and did not use before it exited
-** are never issued. */
+** thread once its block is used up. Each thread takes ids in blocks of
+** DAC_MESSAGE_ID_BLOCK from the one counter, so a thread's successive ids
+** are consecutive but ids of different threads interleave by block, not one
+** by one as in the native component (which only promises uniqueness too).
+** Ids a thread reserved and did not use before it exited are never
+** issued. */
 int dac_new_autograd_message_id(int64_t *out);
 
 /* Writes debug information as a JSON object of integer values, NUL-terminated,
