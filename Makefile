@@ -313,10 +313,10 @@ demo: $(LIB) ## a training runtime's worker, acted out in C
 
 # Not part of `make test`: it times things. BENCH_FLAGS go to the driver
 # (go run ./bench -h lists them), e.g. BENCH_FLAGS='-threads 1,2,4 -reps 9'.
-# docs/benchmarks.md's tables and README.md's headline ratios are rewritten
-# from build/bench.json, so they show what the last run measured, on which
-# machine and when.
-bench: all $(BUILD)/nooverlay/libdistautograd.so ## distautograd against the native component (C, C++, Python, torch levels); writes build/bench.json, rewrites docs/benchmarks.md's tables and README.md's headline
+# docs/benchmarks.md's tables and the headline ratios of README.md's Speed
+# section are rewritten from build/bench.json, so they show what the last
+# run measured, on which machine and when.
+bench: all $(BUILD)/nooverlay/libdistautograd.so ## distautograd against the native component (C, C++, Python, torch levels); writes build/bench.json, rewrites docs/benchmarks.md's tables and README.md's Speed section
 	GLOG_minloglevel=2 $(GO) run ./bench -python $(PYTHON) $(BENCH_FLAGS)
 	$(TORCH_BENCH)
 	$(GO) run ./bench -from $(BUILD)/bench.json -tables docs/benchmarks.md -headline README.md
@@ -340,7 +340,7 @@ test-go-runtime: $(OVERLAY) $(LIB) $(BUILD)/nooverlay/libdistautograd.so ## Go's
 	DAC_RESPONSIVENESS=full $(GO) test -count=1 -timeout 90m -v -run "$$tests" ./capi_test/ || status=1; \
 	exit $$status
 
-generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h; from container/'s types: capi_layout.h
+generate: ## regenerate from include/distautograd.h: _abi.py (ctypes prototypes, Status), container/codes.go, capi_status.h; from container/'s types: capi_layout.h; from container/'s constants: the header's defaults and limits (and _abi.py's)
 	$(GO) run ./cmd/dacgen
 
 clean: ## remove build outputs

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/metrics"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -42,6 +43,18 @@ func setError(e *C.dacc_error_slot, code container.Code, msg string) C.int {
 
 func fail(e *C.dacc_error_slot, err error) C.int {
 	return setError(e, container.CodeOf(err), err.Error())
+}
+
+// failIn is fail for a Go function that serves several public ones: a
+// message of distautograd's own names fn, the one called, after its prefix
+// ("distautograd: dac_cleanup_configure: ..."), as C's refusals (reject,
+// csrc/error.c) name theirs.
+func failIn(e *C.dacc_error_slot, fn string, err error) C.int {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "distautograd: "); ok {
+		msg = "distautograd: " + fn + ": " + rest
+	}
+	return setError(e, container.CodeOf(err), msg)
 }
 
 // goCalls counts the calls from C into Go, in the testing build only

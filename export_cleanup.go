@@ -97,10 +97,12 @@ func saturating(n int64, unit time.Duration) time.Duration {
 }
 
 // dacgo_set_cleanup_options applies options checked as arguments already
-// (csrc/cleanup.c); the fan-out checks what depends on its state.
+// (csrc/cleanup.c); the fan-out checks what depends on its state, and its
+// refusal names fn, the public function called (dac_cleanup_configure or
+// dac_set_cleanup_options), as C's refusals name theirs.
 //
 //export dacgo_set_cleanup_options
-func dacgo_set_cleanup_options(o *C.dac_cleanup_options, e *C.dacc_error_slot) (rc C.int) {
+func dacgo_set_cleanup_options(fn *C.char, o *C.dac_cleanup_options, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	err := cleanup.SetOptions(container.CleanupOptions{
 		MaxAttempts:    int(o.max_attempts),
@@ -109,7 +111,7 @@ func dacgo_set_cleanup_options(o *C.dac_cleanup_options, e *C.dacc_error_slot) (
 		MaxPending:     int(o.max_pending),
 	})
 	if err != nil {
-		return fail(e, err)
+		return failIn(e, C.GoString(fn), err)
 	}
 	return 0
 }

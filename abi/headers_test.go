@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -39,6 +40,56 @@ func TestHeadersCompileAlone(t *testing.T) {
 			args := append(append([]string{}, c.flags...), "-I", filepath.Join(root, "include"), "-fsyntax-only", src)
 			if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 				t.Fatalf("%s %v: %v\n%s", c.compiler, args, err, out)
+			}
+		})
+	}
+}
+
+// A program that calls a deprecated declaration (dac_set_cleanup_options)
+// gets a warning naming what replaces it, an error under -Werror, in C and
+// C++; silenced where it calls (a pragma) or for the whole header
+// (DAC_DEPRECATED defined as nothing first), it builds. Its replacement
+// with DAC_CLEANUP_OPTIONS_INIT builds under the strict warnings of
+// TestHeadersCompileAlone (no field left out of the initializer).
+func TestDeprecatedDeclarationsWarn(t *testing.T) {
+	strict := []string{"-Wall", "-Wextra", "-Werror", "-pedantic", "-Wconversion", "-Wsign-conversion"}
+	const call = "int main(void) { return dac_set_cleanup_options(0, 0, 0, 0); }\n"
+	const pragma = "#pragma GCC diagnostic ignored \"-Wdeprecated-declarations\"\n"
+	const init = "int main(void) { dac_cleanup_options o = DAC_CLEANUP_OPTIONS_INIT; o.max_attempts = 5; return dac_cleanup_configure(&o); }\n"
+	cases := []struct {
+		name, compiler, ext, src string
+		warns                    bool
+	}{
+		{"C call", "gcc", ".c", "#include \"distautograd.h\"\n" + call, true},
+		{"C++ call", "g++", ".cpp", "#include \"distautograd.hpp\"\n" + call, true},
+		{"C call, pragma", "gcc", ".c", "#include \"distautograd.h\"\n" + pragma + call, false},
+		{"C++ call, pragma", "g++", ".cpp", "#include \"distautograd.hpp\"\n" + pragma + call, false},
+		{"C call, DAC_DEPRECATED empty", "gcc", ".c", "#define DAC_DEPRECATED(msg)\n#include \"distautograd.h\"\n" + call, false},
+		{"C init", "gcc", ".c", "#include \"distautograd.h\"\n" + init, false},
+		{"C++ init", "g++", ".cpp", "#include \"distautograd.hpp\"\n" + init, false},
+	}
+	dir := t.TempDir()
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cc := need(t, c.compiler)
+			src := filepath.Join(dir, "deprecated"+string(rune('0'+i))+c.ext)
+			if err := os.WriteFile(src, []byte(c.src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			std := "-std=c99"
+			if c.ext == ".cpp" {
+				std = "-std=c++14"
+			}
+			args := append(append([]string{std}, strict...), "-I", filepath.Join(root, "include"), "-fsyntax-only", src)
+			out, err := exec.Command(cc, args...).CombinedOutput()
+			switch {
+			case !c.warns && err != nil:
+				t.Fatalf("%s %v: %v\n%s", c.compiler, args, err, out)
+			case c.warns && err == nil:
+				t.Fatalf("%s %v built a call of dac_set_cleanup_options without a warning", c.compiler, args)
+			case c.warns && !strings.Contains(string(out), "deprecated: use dac_cleanup_configure with DAC_CLEANUP_OPTIONS_INIT"):
+				t.Fatalf("%s %v: not the deprecation warning:\n%s", c.compiler, args, out)
 			}
 		})
 	}

@@ -9,8 +9,8 @@ import (
 // maxBytesPerContext bounds the memory a live context takes: its record
 // (64 bytes), the index's chain heads (4 to 8 bytes, as the index doubles,
 // and as much again in the arrays it outgrew, which C may still read) and
-// Go's slot for a *Context (8 bytes): at most 88, where make bench measures
-// 80 at a million live contexts (docs/guarantees.md).
+// Go's slot for a *Context (8 bytes): at most 88 (what make bench measures
+// at a million live contexts is docs/benchmarks.md's Memory figure).
 const maxBytesPerContext = 96
 
 // With no cap, as many contexts live at once as memory allows: 5 million,

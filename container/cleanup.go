@@ -28,33 +28,55 @@ const (
 
 // CleanupOptions tune a FanoutQueue; a zero field takes its default.
 type CleanupOptions struct {
-	MaxAttempts    int           // attempts per message, the first included; default 21 (the native 20 retries)
-	InitialBackoff time.Duration // wait before the first retry; default 10ms, doubling
-	MaxBackoff     time.Duration // longest wait between attempts; default 2s
-	MaxPending     int           // messages queued or awaiting retry; default 65536
-	Senders        int           // goroutines calling SendFunc; default 4
+	MaxAttempts    int           // attempts per message, the first included; default DefaultCleanupAttempts
+	InitialBackoff time.Duration // wait before the first retry, doubling; default DefaultCleanupInitialBackoff
+	MaxBackoff     time.Duration // longest wait between attempts; default DefaultCleanupMaxBackoff
+	MaxPending     int           // messages queued or awaiting retry; default DefaultCleanupMaxPending, at most MaxCleanupPending
+	Senders        int           // goroutines calling SendFunc; default DefaultCleanupSenders
 }
 
-// DefaultCleanupAttempts is the native component's kNumCleanupContextRetries
-// (20) retries plus the first attempt.
-const DefaultCleanupAttempts = 21
+// The fan-out's defaults and its bound: the one place each is written.
+// cmd/dacgen writes those the C ABI states into include/distautograd.h
+// (DAC_CLEANUP_*, which distautograd.hpp uses) and the Python package
+// (_abi.py), and docs link to the header's.
+const (
+	// DefaultCleanupAttempts is the native component's
+	// kNumCleanupContextRetries (20) retries plus the first attempt.
+	DefaultCleanupAttempts = 21
+	// DefaultCleanupInitialBackoff is the wait before a message's first
+	// retry; each retry doubles it, up to DefaultCleanupMaxBackoff.
+	DefaultCleanupInitialBackoff = 10 * time.Millisecond
+	// DefaultCleanupMaxBackoff is the longest wait between two attempts.
+	DefaultCleanupMaxBackoff = 2 * time.Second
+	// DefaultCleanupMaxPending is how many messages may be queued or await
+	// a retry before one more is dropped (counted and logged).
+	DefaultCleanupMaxPending = 65536
+	// MaxCleanupPending bounds CleanupOptions.MaxPending: the queue is a
+	// channel of that capacity, allocated at once, and a size from a typo
+	// (or an int64 passed through) must be an error, not a crash on
+	// allocation.
+	MaxCleanupPending = 1 << 22
+	// DefaultCleanupSenders is how many goroutines call the SendFunc (not
+	// an option of the C ABI).
+	DefaultCleanupSenders = 4
+)
 
 func (o CleanupOptions) withDefaults() CleanupOptions {
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = DefaultCleanupAttempts
 	}
 	if o.InitialBackoff <= 0 {
-		o.InitialBackoff = 10 * time.Millisecond
+		o.InitialBackoff = DefaultCleanupInitialBackoff
 	}
 	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = 2 * time.Second
+		o.MaxBackoff = DefaultCleanupMaxBackoff
 	}
 	o.MaxBackoff = max(o.MaxBackoff, o.InitialBackoff)
 	if o.MaxPending <= 0 {
-		o.MaxPending = 65536
+		o.MaxPending = DefaultCleanupMaxPending
 	}
 	if o.Senders <= 0 {
-		o.Senders = 4
+		o.Senders = DefaultCleanupSenders
 	}
 	return o
 }
@@ -136,11 +158,6 @@ func NewFanoutQueue(send SendFunc, opts CleanupOptions) *FanoutQueue {
 
 // Options returns the options in force, defaults filled in.
 func (c *FanoutQueue) Options() CleanupOptions { return *c.opts.Load() }
-
-// MaxCleanupPending bounds CleanupOptions.MaxPending: the queue is a channel
-// of that capacity, allocated at once, and a size from a typo (or an int64
-// passed through) must be an error, not a crash on allocation.
-const MaxCleanupPending = 1 << 22
 
 // SetOptions changes the options for messages from now on (zero fields take
 // their defaults; Senders cannot change once set). MaxPending may grow past

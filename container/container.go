@@ -445,8 +445,17 @@ func (c *Container) CurrentContextHandle(t *Thread) (uint64, error) {
 // NewAutogradMessageID returns the next autograd message id, or ErrExhausted.
 func (c *Container) NewAutogradMessageID() (int64, error) { return c.msgIDs.take() }
 
+// MessageIDBlock is how many message ids the C ABI reserves for a thread at
+// once (NewAutogradMessageIDBlock), handing them out from its thread-local
+// block without entering Go: a block costs one call into Go, spread over
+// this many ids. It is also how far apart two threads' ids of one pass
+// land, which a torch program can see (docs/torch-compat.md).
+// include/distautograd.h states it as DAC_MESSAGE_ID_BLOCK (cmd/dacgen).
+const MessageIDBlock = 4096
+
 // NewAutogradMessageIDBlock reserves up to n consecutive message ids (n >= 1)
-// and returns the first and how many; the C side hands them out per thread.
+// and returns the first and how many; the C side hands them out per thread,
+// in blocks of MessageIDBlock.
 func (c *Container) NewAutogradMessageIDBlock(n int64) (first, count int64, err error) {
 	if n < 1 {
 		return 0, 0, Errorf(ErrInvalidArgument, "block size must be >= 1, got %d", n)

@@ -46,11 +46,12 @@ static int check_size(const char *fn, size_t size, size_t first, const char *arg
 _Static_assert(sizeof(dac_cleanup_options) >= DACC_CLEANUP_OPTIONS_V1, "fields are only added");
 
 /* The one check of the options as arguments; Go checks what depends on the
-** fan-out (max_pending's bound, and its growth once messages were queued). */
+** fan-out (max_pending's bound, and its growth once messages were queued),
+** and names fn in its refusals too. */
 static int configure(const char *fn, dac_cleanup_options *o) {
 	if (o->max_attempts < 0 || o->initial_backoff_us < 0 || o->max_backoff_us < 0 || o->max_pending < 0)
 		return dacc_reject(DAC_ERR_INVALID_ARGUMENT, fn, "values must be >= 0 (0 selects the default)");
-	return dacgo_set_cleanup_options(o, dacc_err());
+	return dacgo_set_cleanup_options((char *)fn, o, dacc_err());
 }
 
 int dac_cleanup_configure(const dac_cleanup_options *options) {

@@ -66,7 +66,7 @@ int dacgo_context_functions(uint64_t h, int kind, int64_t *msg_ids, uint64_t *fn
 int dacgo_set_cleanup_sender(void *fn, void *user_data, int64_t wait_ms, dacc_error_slot *e);
 int dacgo_set_cleanup_nonblocking(int nonblocking, dacc_error_slot *e);
 int dacgo_set_log_hook(void *fn, void *user_data, dacc_error_slot *e);
-int dacgo_set_cleanup_options(dac_cleanup_options *options, dacc_error_slot *e);
+int dacgo_set_cleanup_options(char *fn, dac_cleanup_options *options, dacc_error_slot *e);
 int dacgo_cleanup_stats(dac_cleanup_counters *out, dacc_error_slot *e);
 int dacgo_cleanup_flush(int64_t timeout_ms, int in_callback, int64_t *pending, dacc_error_slot *e);
 int dacgo_view(void **out, dacc_error_slot *e);

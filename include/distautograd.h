@@ -3,7 +3,11 @@
 ** distributed autograd contexts that PyTorch's RPC framework keeps on every
 ** worker, implemented in Go and served through this plain C ABI.
 **
-** This header is the whole contract. Every function:
+** This header is the whole contract: each function, constant and rule is
+** documented where it is declared. Where torch's container has the same
+** operation, it behaves the same, messages included; docs/contract.md maps
+** the names across C, C++, Python and torch, and docs/torch-compat.md lists
+** every difference from torch. Every function:
 **   - returns an int status: DAC_OK (0) on success, a DAC_ERR_* code on failure;
 **   - on failure leaves a message for the calling thread in dac_last_error(),
 **     byte for byte the message the native PyTorch component raises where it
@@ -16,14 +20,23 @@
 **
 ** Id layout: a context id and an autograd message id are int64_t values whose
 ** top 16 bits are the worker id and low 48 bits a per-worker counter starting
-** at 0; max_id = (worker_id << 48) | (2^48 - 1), in signed 64-bit arithmetic
-** (so negative for worker ids >= 32768). Ids are never reused; max_id itself
-** is never issued; a counter that reaches it fails with DAC_ERR_EXHAUSTED.
+** at 0 (context ids and message ids are two counters of that layout);
+** max_id = (worker_id << 48) | (2^48 - 1), in signed 64-bit arithmetic, as
+** the native component computes it from its int16_t worker id (so negative
+** for worker ids >= 32768). Worker 3's first id is 844424930131968 and its
+** max_id 1125899906842623; worker 32768's first id is INT64_MIN, worker
+** 40000's -7187745005283311616; worker 65535's max_id is -1, the value that
+** also means "no current context". An id is the previous one plus one; ids
+** are never reused; max_id itself is never issued: a counter that reaches
+** it fails with DAC_ERR_EXHAUSTED and changes nothing else.
 **
 ** Current context: each OS thread has its own current context id (-1: none),
 ** exactly as the native C++ thread_local. A new thread has none; a thread that
-** exits loses its own; releasing a context resets only the releasing thread's
-** current id, so other threads may hold a stale one (see dac_context_current).
+** exits loses its own (its context stays stored); releasing a context resets
+** only the releasing thread's current id, so other threads may hold a stale
+** one: dac_context_current then fails with DAC_ERR_NOT_FOUND and
+** dac_context_new with DAC_ERR_ALREADY_HAS_CONTEXT until the thread clears
+** or forces its id (dac_clear_current_context).
 **
 ** Fork: the Go runtime does not survive fork(). In a child process forked
 ** after this library was loaded, every function fails at once with
@@ -89,6 +102,44 @@ extern "C" {
 /* The sentinel current context id of a thread that has none. */
 #define DAC_INVALID_ID ((int64_t)-1)
 
+/* Defaults and limits, each named once (in the library's Go source) and
+** stated here; the functions that take or follow them say what each means. */
+/* dacgen:constants:begin: written by cmd/dacgen from container/ (make generate) */
+/* max_attempts' default: the native component's 20 retries and the first
+** attempt (container.DefaultCleanupAttempts) */
+#define DAC_CLEANUP_DEFAULT_MAX_ATTEMPTS 21
+/* initial_backoff_us' default: the wait before a message's first retry,
+** doubling per retry (container.DefaultCleanupInitialBackoff) */
+#define DAC_CLEANUP_DEFAULT_INITIAL_BACKOFF_US 10000
+/* max_backoff_us' default: the longest wait between two attempts
+** (container.DefaultCleanupMaxBackoff) */
+#define DAC_CLEANUP_DEFAULT_MAX_BACKOFF_US 2000000
+/* max_pending's default: messages queued or awaiting a retry before one
+** more is dropped (container.DefaultCleanupMaxPending) */
+#define DAC_CLEANUP_DEFAULT_MAX_PENDING 65536
+/* the most max_pending may be: its queue is allocated up front
+** (container.MaxCleanupPending) */
+#define DAC_CLEANUP_MAX_PENDING_LIMIT 4194304
+/* how many autograd message ids a thread takes from the one counter at
+** once (container.MessageIDBlock) */
+#define DAC_MESSAGE_ID_BLOCK 4096
+/* dacgen:constants:end */
+
+/* Marks a declaration kept for the programs written against it: a call
+** warns, naming what replaces it (the declaration says since when). A
+** program that must call it under -Werror silences the warning where it
+** calls (#pragma GCC diagnostic ignored "-Wdeprecated-declarations"), or
+** defines DAC_DEPRECATED(msg) as nothing before it includes this header. */
+#ifndef DAC_DEPRECATED
+#if defined(__GNUC__) || defined(__clang__)
+#define DAC_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#elif defined(_MSC_VER)
+#define DAC_DEPRECATED(msg) __declspec(deprecated(msg))
+#else
+#define DAC_DEPRECATED(msg)
+#endif
+#endif
+
 /* A handle to a context: it names the context, and every function that
 ** returns one returns a new reference to it, which the caller must drop
 ** with dac_context_unref (two lookups of one context give the same handle
@@ -148,10 +199,14 @@ int dac_max_id(int64_t *out);
 int dac_num_contexts(int64_t *out);
 
 /* Writes a new autograd message id, unique in this process and never reused;
-** DAC_ERR_EXHAUSTED once the counter reaches max_id. Each thread takes ids in
-** blocks from the one counter, so a thread's successive ids are consecutive
-** but ids of different threads interleave by block, not one by one as in the
-** native component (which only promises uniqueness too). */
+** DAC_ERR_EXHAUSTED ("distautograd: autograd message ids are exhausted: the
+** next id would reach max_id N") once the counter reaches max_id, on every
+** thread once its block is used up. Each thread takes ids in blocks of
+** DAC_MESSAGE_ID_BLOCK from the one counter, so a thread's successive ids
+** are consecutive but ids of different threads interleave by block, not one
+** by one as in the native component (which only promises uniqueness too).
+** Ids a thread reserved and did not use before it exited are never
+** issued. */
 int dac_new_autograd_message_id(int64_t *out);
 
 /* Writes debug information as a JSON object of integer values, NUL-terminated,
@@ -173,25 +228,33 @@ int dac_new_autograd_message_id(int64_t *out);
 ** does not need it). */
 int dac_debug_info(char *buf, size_t capacity, size_t *length);
 
-/* Caps the number of live contexts (0, the default: no cap). Without a cap
-** the container has no limit of its own: contexts (listed, or released and
-** still referenced by handles) live while memory allows, about 80 bytes
-** each, and a creation that the system refuses memory for fails with
-** DAC_ERR_LIMIT; the handle format's bound, 4294967295 at once, lies past
-** any machine's memory for them. Past the cap,
-** dac_context_new and dac_context_get_or_create fail with DAC_ERR_LIMIT, so a
-** flood of messages naming unknown passes cannot exhaust memory. The cap
-** holds exactly for every creation that starts after this returns; one
-** under way while it runs is counted, never refused. */
+/* Caps the number of live contexts (0, the default: no cap). Past the cap,
+** dac_context_new and dac_context_get_or_create fail with DAC_ERR_LIMIT
+** ("distautograd: the container holds N contexts, its limit
+** (max_contexts); ..."), each refusal counted (dac_debug_info's
+** refused_contexts), so a flood of messages naming unknown passes cannot
+** exhaust memory; a release makes room again. The cap holds exactly for
+** every creation that starts after this returns; one under way while it
+** runs is counted, never refused. Without a cap, as natively, the
+** container has no limit but memory: contexts (listed, or released and
+** still referenced by handles) take a 64-byte record each and their share
+** of the index (docs/benchmarks.md, "Memory", has the figure measured), in
+** records that grow as needed; a creation that the system refuses memory
+** (or address space) for fails with DAC_ERR_LIMIT. The handle format's
+** bound, 4294967295 contexts at once, lies past any machine's memory for
+** them. */
 int dac_set_max_contexts(int64_t max_contexts);
 
 /* ---- Contexts ----------------------------------------------------------- */
 
 /* Creates a context with the next context id, stores it, makes it the calling
-** thread's current context and writes a new reference to *out. Fails with
+** thread's current context and writes a new reference to *out; if
+** dac_context_get_or_create already stored a context under that id, that one
+** is the context (as the native emplace keeps it). Fails with
 ** DAC_ERR_ALREADY_HAS_CONTEXT ("Already have an autograd context id for this
 ** thread.") if the thread has a current context id (unless its context was
-** reaped: see dac_reap_idle_contexts), DAC_ERR_EXHAUSTED at max_id,
+** reaped: see dac_reap_idle_contexts), DAC_ERR_EXHAUSTED ("distautograd:
+** context ids are exhausted: the next id would reach max_id N") at max_id,
 ** DAC_ERR_LIMIT past dac_set_max_contexts; a failure changes nothing. */
 int dac_context_new(dac_context **out);
 
@@ -223,7 +286,8 @@ int dac_context_retrieve_if_present(int64_t context_id, dac_context **out);
 
 /* Writes a new reference to the context with id context_id, creating and
 ** storing it if there is none (a message from another worker naming a pass
-** this worker has not seen). Does not change any thread's current context. */
+** this worker has not seen); any id is taken, max_id and other workers'
+** ids included. Does not change any thread's current context. */
 int dac_context_get_or_create(int64_t context_id, dac_context **out);
 
 /* Succeeds if a context with id context_id is stored, else DAC_ERR_NOT_FOUND
@@ -344,8 +408,10 @@ int dac_context_list(dac_context **out, size_t capacity, size_t *count);
 int dac_context_times(dac_context *ctx, int64_t *age_ms, int64_t *idle_ms);
 
 /* Registers the host's send function fn (an opaque value that distautograd
-** never interprets) under autograd message id message_id. A second one under
-** the same id is DAC_ERR_INVALID_ARGUMENT. */
+** never interprets: in torch, an autograd graph node) under autograd message
+** id message_id. A second one under the same id is DAC_ERR_INVALID_ARGUMENT
+** ("distautograd: a send function is already registered for autograd
+** message id: 7"), and the first stays. */
 int dac_context_add_send_function(dac_context *ctx, int64_t message_id, uint64_t fn);
 
 /* Registers the host's recv function fn under message_id, as above. */
@@ -450,33 +516,51 @@ int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, i
 int dac_set_cleanup_sender_nonblocking(int nonblocking);
 
 /* The fan-out's options, for dac_cleanup_configure; a field 0 selects its
-** default. The caller sets size to sizeof(dac_cleanup_options): fields are
-** only ever added at the end, so a program built against an older header
-** leaves the options it does not know at their defaults, and one built
-** against a newer header may set only the options this library knows (the
-** bytes past them must be 0, else DAC_ERR_INVALID_ARGUMENT). */
+** default (DAC_CLEANUP_DEFAULT_*, above, in this version). The caller sets
+** size to sizeof(dac_cleanup_options), as DAC_CLEANUP_OPTIONS_INIT does:
+** fields are only ever added at the end, so a program built against an
+** older header leaves the options it does not know at their defaults, and
+** one built against a newer header may set only the options this library
+** knows (the bytes past them must be 0, else DAC_ERR_INVALID_ARGUMENT). */
 typedef struct dac_cleanup_options {
 	size_t size;                /* set by the caller: sizeof(dac_cleanup_options) */
-	int32_t max_attempts;       /* per message, the first included; 21 (the native 20 retries) */
-	int64_t initial_backoff_us; /* before the first retry, doubling per retry; 10000 */
-	int64_t max_backoff_us;     /* the longest wait between attempts; 2000000 */
+	int32_t max_attempts;       /* per message, the first included;
+	                            ** 0: DAC_CLEANUP_DEFAULT_MAX_ATTEMPTS */
+	int64_t initial_backoff_us; /* before the first retry, doubling per retry;
+	                            ** 0: DAC_CLEANUP_DEFAULT_INITIAL_BACKOFF_US */
+	int64_t max_backoff_us;     /* the longest wait between attempts;
+	                            ** 0: DAC_CLEANUP_DEFAULT_MAX_BACKOFF_US */
 	int64_t max_pending;        /* messages queued or awaiting a retry, past which one is
-	                            ** dropped, counted and logged; 65536 */
+	                            ** dropped, counted and logged;
+	                            ** 0: DAC_CLEANUP_DEFAULT_MAX_PENDING; at most
+	                            ** DAC_CLEANUP_MAX_PENDING_LIMIT */
 } dac_cleanup_options;
+
+/* A dac_cleanup_options with its size set and every option at its default,
+** to start from (libgit2's way): dac_cleanup_options o =
+** DAC_CLEANUP_OPTIONS_INIT; o.max_attempts = 5; dac_cleanup_configure(&o);
+** Since 0.6.0. */
+#define DAC_CLEANUP_OPTIONS_INIT {sizeof(dac_cleanup_options), 0, 0, 0, 0}
 
 /* Tunes the fan-out, for messages from now on: every option at once, each
 ** 0 taking its default. DAC_ERR_INVALID_ARGUMENT if options is NULL, its
 ** size is smaller than this struct's first version (40 bytes) or sets an
 ** option this library does not know, a value is negative, max_pending is
-** above 4194304 (its queue is allocated up front), or max_pending grows
-** past its current value once a cleanup message was queued (the queue
-** cannot grow under running senders). A backoff too long for int64_t
-** nanoseconds is taken as the longest one. May be called before dac_init.
-** Since 0.5.0, as dac_cleanup_options. */
+** above DAC_CLEANUP_MAX_PENDING_LIMIT ("distautograd:
+** dac_cleanup_configure: max_pending must be at most N (its queue is
+** allocated up front), got M"), or max_pending grows past its current value
+** once a cleanup message was queued, as the queue cannot grow under running
+** senders ("distautograd: dac_cleanup_configure: max_pending cannot grow
+** past N once cleanup messages were sent; ..."). A backoff too long for
+** int64_t nanoseconds is taken as the longest one. May be called before
+** dac_init. Since 0.5.0, as dac_cleanup_options. */
 int dac_cleanup_configure(const dac_cleanup_options *options);
 
-/* dac_cleanup_configure with the first version's four options, positional:
-** kept for the programs written against it (its messages name it). */
+/* Deprecated since 0.6.0: dac_cleanup_configure with the first version's
+** four options, positional, kept for the programs written against it. It
+** refuses as dac_cleanup_configure does, its messages naming it
+** ("distautograd: dac_set_cleanup_options: ..."). */
+DAC_DEPRECATED("use dac_cleanup_configure with DAC_CLEANUP_OPTIONS_INIT")
 int dac_set_cleanup_options(int32_t max_attempts, int64_t initial_backoff_us, int64_t max_backoff_us,
                             int64_t max_pending);
 

@@ -20,22 +20,10 @@
 // byte the message the native component raises (its first line: the native
 // c10::Error appends a backtrace) and whose status() is the DAC_ERR_* code.
 //
-// Where it differs from the native API, on purpose:
-//   - The send and recv functions of a context are the host runtime's opaque
-//     uint64_t values, not std::shared_ptr<SendRpcBackward> (distautograd runs
-//     no autograd engine): addSendFunction(fn, id), retrieveSendFunction(id),
-//     sendFunctions() and their recv counterparts take and give uint64_t.
-//   - Two ContextPtr to the same context are not the same object: every call
-//     that returns one takes a new reference from the library. Compare
-//     contextId(), not pointers.
-//   - The static functions setCurrentContextId, forceCurrentContextId and
-//     currentContextId throw "Need to initialize distributed autograd using
-//     torch.distributed.autograd.init()" before init(); the native ones run
-//     before init too.
-//   - A counter that would pass getMaxId() throws Error (DAC_ERR_EXHAUSTED);
-//     the native component fails an internal assertion.
-//   - A second send (or recv) function under the same message id throws
-//     Error (DAC_ERR_INVALID_ARGUMENT); the native one fails an assertion.
+// Where it differs from the native API, on purpose: docs/torch-compat.md
+// lists each difference, and why (send and recv functions, for one, are
+// the host's opaque uint64_t values).
+//
 // What it adds: retrieveContextIfPresent (nullptr if absent), ContextGuard
 // (a context for the length of a scope), retrieveRecvFunction, the
 // library's own container operations (setMaxContexts, releaseContextsOfWorker,
@@ -352,13 +340,14 @@ using CleanupSender = std::function<bool(worker_id_t workerId, int64_t contextId
 using LogHook = std::function<void(int level, const std::string& message)>;
 
 // CleanupOptions tune the fan-out; a zero field takes the library's default
-// (see dac_cleanup_options: 21 attempts, 10 ms initial backoff doubling
-// up to 2 s, 65536 pending messages).
+// (dac_cleanup_options: the defaults are distautograd.h's
+// DAC_CLEANUP_DEFAULT_* macros).
 struct CleanupOptions {
   int32_t maxAttempts = 0;                       // attempts per message, the first included
-  std::chrono::microseconds initialBackoff{0};   // wait before the first retry
+  std::chrono::microseconds initialBackoff{0};   // wait before the first retry, doubling per retry
   std::chrono::microseconds maxBackoff{0};       // longest wait between attempts
-  int64_t maxPending = 0;                        // messages queued or awaiting a retry
+  int64_t maxPending = 0;                        // messages queued or awaiting a retry (at most
+                                                 // DAC_CLEANUP_MAX_PENDING_LIMIT)
 };
 
 // CleanupStats are the fan-out's counters of cleanup messages, one message
@@ -697,8 +686,7 @@ class DistAutogradContainer {
   // (DAC_ERR_INVALID_ARGUMENT) for a negative value, or a maxPending larger
   // than before once messages were sent.
   static void setCleanupOptions(const CleanupOptions& options) {
-    dac_cleanup_options o{};
-    o.size = sizeof o;
+    dac_cleanup_options o = DAC_CLEANUP_OPTIONS_INIT;
     o.max_attempts = options.maxAttempts;
     o.initial_backoff_us = options.initialBackoff.count();
     o.max_backoff_us = options.maxBackoff.count();

@@ -67,7 +67,7 @@ type Config struct {
 	MaxFanout   int           // most RPCs one worker sends in one pass; default 3
 	MaxDepth    int           // longest chain of forwarded RPCs; default 3
 	// Cleanup tunes every worker's fan-out; zero fields take the sim's
-	// defaults: the native 21 attempts, but backoffs of 50µs to 2ms so that
+	// defaults: container.DefaultCleanupAttempts, but backoffs of 50µs to 2ms so that
 	// giving up on a dead worker takes tens of milliseconds, and 2 senders.
 	Cleanup container.CleanupOptions
 	// SettleTimeout bounds each wait for the fan-out to go quiet; default 2m.

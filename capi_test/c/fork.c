@@ -24,6 +24,9 @@
 **   fork gate-blocked          a sender that does not return: fork() waits
 **                              for it 2 s (the bound), then goes on */
 #include "check.h"
+/* The deprecated dac_set_cleanup_options is still part of the ABI: this
+** program calls it too. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 #include <errno.h>
 #include <pthread.h>

@@ -6,6 +6,9 @@
 ** own are not touched. This program's calloc interposes the library's and
 ** fails the slot's allocation on the threads that ask. */
 #include "check.h"
+/* The deprecated dac_set_cleanup_options is still part of the ABI: this
+** program calls it too. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 #include <pthread.h>
 

@@ -16,6 +16,9 @@
 ** same for a sender that replaces itself while another thread waits in
 ** dac_set_cleanup_sender for that very call to end. */
 #include "check.h"
+/* The deprecated dac_set_cleanup_options is still part of the ABI: this
+** program calls it too. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 #include <limits.h>
 #include <pthread.h>

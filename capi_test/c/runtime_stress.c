@@ -239,7 +239,10 @@ int main(int argc, char **argv) {
 	alarm((unsigned)seconds + 80);
 	MUST(dac_init(0));
 	MUST(dac_set_cleanup_sender(sender, NULL));
-	MUST(dac_set_cleanup_options(0, 1000, 4000, 0));
+	dac_cleanup_options options = DAC_CLEANUP_OPTIONS_INIT;
+	options.initial_backoff_us = 1000;
+	options.max_backoff_us = 4000;
+	MUST(dac_cleanup_configure(&options));
 
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);

@@ -349,7 +349,11 @@ int main(int argc, char **argv) {
 	double seconds = atof(argv[2]);
 	REQUIRE(threads > 0 && seconds > 0);
 	MUST(dac_set_cleanup_sender(flaky_sender, NULL));
-	MUST(dac_set_cleanup_options(100, 50, 1000, 0));
+	dac_cleanup_options options = DAC_CLEANUP_OPTIONS_INIT;
+	options.max_attempts = 100;
+	options.initial_backoff_us = 50;
+	options.max_backoff_us = 1000;
+	MUST(dac_cleanup_configure(&options));
 	MUST(dac_set_log_hook(quiet_log, NULL));
 	MUST(dac_init(3));
 

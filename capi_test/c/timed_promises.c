@@ -176,7 +176,11 @@ int main(int argc, char **argv) {
 
 	/* 3. A retry after a 1 ms back-off. */
 	MUST(dac_set_cleanup_sender(flaky_sender, NULL));
-	MUST(dac_set_cleanup_options(3, 1000, 1000, 0));
+	dac_cleanup_options options = DAC_CLEANUP_OPTIONS_INIT;
+	options.max_attempts = 3;
+	options.initial_backoff_us = 1000;
+	options.max_backoff_us = 1000;
+	MUST(dac_cleanup_configure(&options));
 	sent0 = sent();
 	start_loopers();
 	t0 = now_ms();

@@ -9,7 +9,10 @@
 //
 // and, from container's own types (by reflection), capi_layout.h: the C
 // declaration of the records, bucket arrays and view that Go writes and C
-// reads (layout.go).
+// reads (layout.go); from container's constants, the defaults and limits
+// the C ABI states (the fan-out's, the message-id block): the lines of
+// include/distautograd.h between its dacgen:constants markers, and their
+// Python names in _abi.py (constants.go).
 //
 // So no binding and no table can drift from the C ABI, nor C's reading of
 // the records from Go's writing. Run it from the
@@ -92,7 +95,19 @@ func GenerateAll(path string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{PythonPath: py, GoPath: g, CPath: cNames(codes), LayoutPath: l}, nil
+	files := map[string][]byte{PythonPath: append(py, pythonConstants()...), GoPath: g, CPath: cNames(codes), LayoutPath: l}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	h, ok, err := headerConstants(src)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if ok {
+		files[HeaderPath] = h
+	}
+	return files, nil
 }
 
 // Generate returns the content of _abi.py for the header at path: one

@@ -102,3 +102,12 @@ class Status(enum.IntEnum):
     ERR_INTERNAL = 11  # a bug in distautograd, caught at the boundary
     ERR_UNSUPPORTED = 12  # not available in this build
     ERR_TIMEOUT = 13  # a wait ran out of time
+
+
+# The defaults and limits of distautograd.h (DAC_*), from container/'s constants.
+CLEANUP_DEFAULT_MAX_ATTEMPTS = 21  # max_attempts' default: the native component's 20 retries and the first attempt
+CLEANUP_DEFAULT_INITIAL_BACKOFF_US = 10000  # initial_backoff_us' default: the wait before a message's first retry, doubling per retry
+CLEANUP_DEFAULT_MAX_BACKOFF_US = 2000000  # max_backoff_us' default: the longest wait between two attempts
+CLEANUP_DEFAULT_MAX_PENDING = 65536  # max_pending's default: messages queued or awaiting a retry before one more is dropped
+CLEANUP_MAX_PENDING_LIMIT = 4194304  # the most max_pending may be: its queue is allocated up front
+MESSAGE_ID_BLOCK = 4096  # how many autograd message ids a thread takes from the one counter at once

@@ -213,15 +213,17 @@ def set_cleanup_options(
     """Tunes the fan-out, for messages from now on. Each call sets all four
     options; one left out (None) or 0 takes the library's default:
 
-    - ``max_attempts``: attempts per message, the first included (21: torch's
-      20 retries);
+    - ``max_attempts``: attempts per message, the first included
+      ({max_attempts}: torch's 20 retries);
     - ``initial_backoff``: seconds before the first retry, doubling per retry
-      (0.01);
-    - ``max_backoff``: the longest wait between attempts, in seconds (2.0);
+      ({initial_backoff});
+    - ``max_backoff``: the longest wait between attempts, in seconds
+      ({max_backoff});
     - ``max_pending``: messages queued or awaiting a retry, past which a
-      message is dropped, counted and logged (65536). It may grow past its
-      current value only before the first message was queued; later that is
-      a DistAutogradError (ERR_INVALID_ARGUMENT).
+      message is dropped, counted and logged ({max_pending}; at most
+      {max_pending_limit}). It may grow past its current value only before
+      the first message was queued; later that is a DistAutogradError
+      (ERR_INVALID_ARGUMENT).
     """
     o = _abi.dac_cleanup_options(
         size=ctypes.sizeof(_abi.dac_cleanup_options),
@@ -231,6 +233,18 @@ def set_cleanup_options(
         max_pending=_count("max_pending", max_pending, _lib.INT64_MAX),
     )
     _check(_L.dac_cleanup_configure(ctypes.byref(o)))
+
+
+# The defaults, as the library states them (distautograd.h's DAC_CLEANUP_*,
+# which _abi.py has): written into the docstring, not here.
+if set_cleanup_options.__doc__:  # None under python -OO
+    set_cleanup_options.__doc__ = set_cleanup_options.__doc__.format(
+        max_attempts=_abi.CLEANUP_DEFAULT_MAX_ATTEMPTS,
+        initial_backoff=_abi.CLEANUP_DEFAULT_INITIAL_BACKOFF_US / 1e6,
+        max_backoff=_abi.CLEANUP_DEFAULT_MAX_BACKOFF_US / 1e6,
+        max_pending=_abi.CLEANUP_DEFAULT_MAX_PENDING,
+        max_pending_limit=_abi.CLEANUP_MAX_PENDING_LIMIT,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What needs a process of its own: before-init errors, the init rules for
 worker ids across the range, and fork. Expected values come from the
-contract (docs/contract.md), not from torch: these run with or without the oracle."""
+contract (include/distautograd.h), not from torch: these run with or without the oracle."""
 from __future__ import annotations
 
 import unittest
@@ -99,7 +99,7 @@ class WorkerIds(unittest.TestCase):
                 self.check_worker(w)
 
     def test_known_values(self) -> None:
-        # docs/contract.md's values (its table of ids), spelled out.
+        # The header's examples of the id layout, spelled out.
         self.assertEqual(int64((3 << 48) | (2**48 - 1)), 1125899906842623)
         self.assertEqual(int64(40000 << 48), -7187745005283311616)
         self.assertEqual(int64((65535 << 48) | (2**48 - 1)), -1)

@@ -64,8 +64,8 @@ SCENARIOS = {
         assert entered.wait(30)
         exiting()
     """,
-    # Every attempt fails: retries with backoff (the defaults: 21 attempts,
-    # up to 2 s apart) are pending when the interpreter exits.
+    # Every attempt fails: retries with backoff (the defaults,
+    # DAC_CLEANUP_DEFAULT_*: seconds apart) are pending when the interpreter exits.
     "sender_failing": """
         def failing(w, c):
             entered.set()

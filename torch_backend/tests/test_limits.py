@@ -70,7 +70,7 @@ def max_id(worker: int) -> int:
 
 
 def lib_exhausted(kind: str, worker_max: int) -> str:
-    """The library's message (docs/contract.md)."""
+    """The library's message (include/distautograd.h, dac_context_new)."""
     return "distautograd: %s ids are exhausted: the next id would reach max_id %d" % (kind, worker_max)
 
 
