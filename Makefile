@@ -29,6 +29,9 @@ endif
 export PATH := $(dir $(GO)):$(PATH)
 # This Go's version and GOROOT.
 GO_ENV := $(shell $(GO) env GOVERSION GOROOT)
+ifeq ($(words $(GO_ENV)),0)
+$(error $(GO) env GOVERSION GOROOT failed)
+endif
 ifneq ($(firstword $(GO_ENV)),$(GO_MOD_TOOLCHAIN))
 $(info make: building with $(firstword $(GO_ENV)) ($(lastword $(GO_ENV))), not go.mod's toolchain $(GO_MOD_TOOLCHAIN): GOTOOLCHAIN=$(GOTOOLCHAIN))
 endif
