@@ -6,9 +6,12 @@ that failed. The suites themselves are stood in for by a fake make.
 And the Makefile's own first steps: on a machine without Go (and without
 cmake), `make help` works, `make` says in one line what to install, and
 `make test` one line per missing tool; a make that builds with another Go
-than go.mod's toolchain line says which."""
+than go.mod's toolchain line says which. The README's set-up installs
+what run-tests checks for, and the Go go.mod names."""
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import os
 import re
@@ -183,6 +186,38 @@ class MakeSaysWhichGo(unittest.TestCase):
     def test_go_mod_toolchain(self) -> None:
         r = self.make_n(GOTOOLCHAIN=None)
         self.assertNotIn("make: building with", r.stdout + r.stderr)
+
+
+class ReadmeSetUp(unittest.TestCase):
+    """The README's set-up, against what it sets up for."""
+
+    def setUp(self) -> None:
+        with open(os.path.join(_support.ROOT, "README.md"), encoding="utf-8") as f:
+            self.readme = f.read()
+
+    def test_apt_line_has_every_tool_run_tests_checks(self) -> None:
+        loader = importlib.machinery.SourceFileLoader("run_tests", RUN_TESTS)
+        spec = importlib.util.spec_from_loader("run_tests", loader)
+        run_tests = importlib.util.module_from_spec(spec)
+        loader.exec_module(run_tests)
+        wanted = set()
+        for _, _, install in run_tests.TOOLS.values():
+            if isinstance(install, str) and install.startswith(run_tests.APT):
+                wanted.update(install[len(run_tests.APT):].split())
+        self.assertIn("iproute2", wanted)
+        m = re.search(r"^sudo apt-get install -y (.*)$", self.readme, re.M)
+        self.assertIsNotNone(m, "README.md has no apt-get install line")
+        self.assertEqual(wanted - set(m.group(1).split()), set(), "README.md's apt-get line lacks what run-tests checks")
+
+    def test_go_is_go_mods(self) -> None:
+        version = go_mod_toolchain()
+        self.assertIn("Go %s, the Go that `go.mod` names" % version[2:], self.readme)
+        tarballs = re.findall(r"\b(go[0-9.]+)\.linux-amd64\.tar\.gz", self.readme)
+        self.assertTrue(tarballs)
+        self.assertEqual(set(tarballs), {version})
+
+    def test_under_200_lines(self) -> None:
+        self.assertLess(self.readme.count("\n"), 200, "README.md: keep it under 200 lines")
 
 
 if __name__ == "__main__":
