@@ -189,7 +189,8 @@ lint-fmt:
 	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 
 lint-vet:
-	$(GO) vet ./...
+	@echo "go vet ./..."
+	@$(GO) vet ./...
 
 # go.mod and go.sum are as `go mod tidy` leaves them (tidy -diff changes nothing).
 lint-mod:
@@ -198,7 +199,8 @@ lint-mod:
 # staticcheck is a tool of the module (go.mod's tool block): its version is
 # pinned there and it comes through the Go module proxy like the rest.
 lint-staticcheck:
-	$(GO) tool staticcheck ./...
+	@echo "go tool staticcheck ./..."
+	@$(GO) tool staticcheck ./...
 
 # The test targets write their counts under build/test-results for the
 # summary of `make test`. GOTESTSUM_FORMAT picks gotestsum's output
