@@ -2,12 +2,19 @@
 # The Go that builds and tests the library is go.mod's toolchain line (the
 # go command fetches it through the module proxy where it is not
 # installed), unless GOTOOLCHAIN says otherwise: GOTOOLCHAIN=local for the
-# Go on PATH, GOTOOLCHAIN=go1.26.8 for another. docs/go-runtime.md says
-# which Gos the library is tested with.
+# Go on PATH, GOTOOLCHAIN=go1.26.8 for another. A make that uses another Go
+# than go.mod's says which, in one line. docs/go-runtime.md says which Gos
+# the library is tested with.
+GO_MOD_TOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
 ifndef GOTOOLCHAIN
-GOTOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
+GOTOOLCHAIN := $(GO_MOD_TOOLCHAIN)
 endif
 export GOTOOLCHAIN
+# The targets that need no Go, so that `make help` works without it; `make
+# test` checks for it (and every other tool) itself, first (scripts/run-tests).
+# For any other, a missing Go is one line saying what to install.
+NO_GO_GOALS := help library-sources clean uninstall torch-root test
+ifneq ($(filter-out $(NO_GO_GOALS),$(or $(MAKECMDGOALS),all)),)
 # A fetched Go is used from a copy outside the module cache, where
 # `go build -overlay` may replace its runtime's files (scripts/go-toolchain);
 # recipes, and the tests they run, find the same go first on PATH. (GO=PATH
@@ -15,11 +22,20 @@ export GOTOOLCHAIN
 # the toolchain line's Go.)
 ifndef GO
 GO := $(shell GOTOOLCHAIN=$(GOTOOLCHAIN) scripts/go-toolchain)
+ifneq ($(.SHELLSTATUS),0)
+$(error $(GO))
 endif
-ifeq ($(GO),)
-$(error no Go for GOTOOLCHAIN=$(GOTOOLCHAIN): scripts/go-toolchain failed (GOTOOLCHAIN=local uses the Go on PATH))
 endif
 export PATH := $(dir $(GO)):$(PATH)
+# This Go's version and GOROOT.
+GO_ENV := $(shell $(GO) env GOVERSION GOROOT)
+ifeq ($(words $(GO_ENV)),0)
+$(error $(GO) env GOVERSION GOROOT failed)
+endif
+ifneq ($(firstword $(GO_ENV)),$(GO_MOD_TOOLCHAIN))
+$(info make: building with $(firstword $(GO_ENV)) ($(lastword $(GO_ENV))), not go.mod's toolchain $(GO_MOD_TOOLCHAIN): GOTOOLCHAIN=$(GOTOOLCHAIN))
+endif
+endif
 PYTHON  ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 BUILD   := build
 # The version is the header's DAC_VERSION_MAJOR, _MINOR and _PATCH: the
@@ -53,16 +69,17 @@ OVERLAY := $(BUILD)/go-runtime/overlay.json
 # written again and every build of the library redone: a build made with
 # the other setting, or by another Go, is never taken for current.
 GO_RUNTIME_SETTING := $(BUILD)/go-runtime/setting
-GO_RUNTIME_SETTING_TEXT := GO_RUNTIME_OVERLAY=$(GO_RUNTIME_OVERLAY) $(shell $(GO) env GOVERSION GOROOT)
+GO_RUNTIME_SETTING_TEXT := GO_RUNTIME_OVERLAY=$(GO_RUNTIME_OVERLAY) $(GO_ENV)
 # Written as make reads this file, and only when it changed, so that
 # `make -q` still tells a current build (a rule that always ran would make
-# it never current); not for the targets that only print.
-ifneq ($(filter-out library-sources help,$(or $(MAKECMDGOALS),all)),)
+# it never current); only where a Go was looked for (not for the targets
+# that only print).
+ifneq ($(GO_ENV),)
 $(shell mkdir -p $(dir $(GO_RUNTIME_SETTING)) && { echo '$(GO_RUNTIME_SETTING_TEXT)' | cmp -s - $(GO_RUNTIME_SETTING) || echo '$(GO_RUNTIME_SETTING_TEXT)' >$(GO_RUNTIME_SETTING); })
-endif
 # Which of the runtime's files it changes is the script's to say: a change
 # to any of them writes the overlay again.
-GO_RUNTIME_FILES := $(wildcard $(shell $(GO) env GOROOT)/src/runtime/*.go)
+GO_RUNTIME_FILES := $(wildcard $(lastword $(GO_ENV))/src/runtime/*.go)
+endif
 # The library learns which changes it was built with (dac_debug_info's
 # go_runtime_* keys) from the script's BUILT_WITH, read when it is linked.
 LINKFLAGS := -extldflags '-Wl,--version-script=$(CURDIR)/libdistautograd.map -Wl,-soname,$(SONAME)'
@@ -89,17 +106,18 @@ $(OVERLAY): scripts/go-runtime-overlay scripts/go-runtime-changes scripts/go-run
 
 $(BUILD)/$(REALNAME): $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)
-	$(GO) build -buildmode=c-shared -trimpath -overlay $(OVERLAY) -ldflags "$(LDFLAGS)" -o $@ .
+	@echo "go build $@"
+	@$(GO) build -buildmode=c-shared -trimpath -overlay $(OVERLAY) -ldflags "$(LDFLAGS)" -o $@ .
 	@# cgo writes the prototypes of the Go side beside the library; the ABI
 	@# contract test reads it, nobody includes it.
-	mv $(basename $@).h $(BUILD)/cgo_generated.h
-	cp include/distautograd.h* $(BUILD)/
+	@mv $(basename $@).h $(BUILD)/cgo_generated.h
+	@cp include/distautograd.h* $(BUILD)/
 
 $(BUILD)/$(SONAME): $(BUILD)/$(REALNAME)
-	ln -sf $(REALNAME) $@
+	@ln -sf $(REALNAME) $@
 
 $(LIB): $(BUILD)/$(SONAME)
-	ln -sf $(SONAME) $@
+	@ln -sf $(SONAME) $@
 
 # The library built with Go's runtime as shipped (no overlay), for the
 # tests and benchmarks that compare the overlay with it: they point
@@ -109,9 +127,10 @@ nooverlay-lib: $(BUILD)/nooverlay/libdistautograd.so ## build/nooverlay/libdista
 
 $(BUILD)/nooverlay/libdistautograd.so: $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)/nooverlay
-	$(GO) build -buildmode=c-shared -trimpath -ldflags "-X 'main.goRuntimeBuiltWith=$$(sed 's/=1/=0/g' $(BUILD)/go-runtime/BUILT_WITH)' $(LINKFLAGS)" -o $(BUILD)/nooverlay/$(SONAME) .
-	rm -f $(BUILD)/nooverlay/*.h
-	ln -sf $(SONAME) $@
+	@echo "go build $@ (Go's runtime as shipped)"
+	@$(GO) build -buildmode=c-shared -trimpath -ldflags "-X 'main.goRuntimeBuiltWith=$$(sed 's/=1/=0/g' $(BUILD)/go-runtime/BUILT_WITH)' $(LINKFLAGS)" -o $(BUILD)/nooverlay/$(SONAME) .
+	@rm -f $(BUILD)/nooverlay/*.h
+	@ln -sf $(SONAME) $@
 
 # The library built with the overlay less some of its changes, for
 # measuring what each change does: make without-lib WITHOUT='NAME ...'
@@ -138,9 +157,10 @@ testing-lib: $(BUILD)/testing/libdistautograd.so ## build/testing/libdistautogra
 
 $(BUILD)/testing/libdistautograd.so: $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)/testing
-	$(GO) build -buildmode=c-shared -tags dac_testing -trimpath -overlay $(OVERLAY) -ldflags "$(LDFLAGS)" -o $(BUILD)/testing/$(SONAME) .
-	rm -f $(BUILD)/testing/*.h
-	ln -sf $(SONAME) $@
+	@echo "go build -tags dac_testing $@"
+	@$(GO) build -buildmode=c-shared -tags dac_testing -trimpath -overlay $(OVERLAY) -ldflags "$(LDFLAGS)" -o $(BUILD)/testing/$(SONAME) .
+	@rm -f $(BUILD)/testing/*.h
+	@ln -sf $(SONAME) $@
 
 # The AddressSanitizer build: go build -asan instruments the Go code and
 # compiles capi.c with -fsanitize=address. capi_test runs its stress and
@@ -152,6 +172,7 @@ asan-lib: $(BUILD)/asan/libdistautograd.so ## build/asan/libdistautograd.so, wit
 $(BUILD)/asan/libdistautograd.so: $(LIBRARY_SOURCES) $(OVERLAY)
 	@mkdir -p $(BUILD)/asan
 	@rm -f $(BUILD)/asan/UNAVAILABLE
+	@echo "go build -asan $@"
 	@if $(GO) build -asan -buildmode=c-shared -trimpath -overlay $(OVERLAY) -ldflags "$(LDFLAGS)" -o $(BUILD)/asan/$(SONAME) . 2>$(BUILD)/asan/build.log; then \
 	  rm -f $(BUILD)/asan/*.h $(BUILD)/asan/build.log; ln -sf $(SONAME) $@; \
 	else \
@@ -168,7 +189,8 @@ lint-fmt:
 	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 
 lint-vet:
-	$(GO) vet ./...
+	@echo "go vet ./..."
+	@$(GO) vet ./...
 
 # Each room of the C side compiles alone, as it compiles inside capi.c's
 # one unit (csrc/dacc.h): every csrc/*.c, in the release build and the
@@ -193,21 +215,26 @@ lint-mod:
 # staticcheck is a tool of the module (go.mod's tool block): its version is
 # pinned there and it comes through the Go module proxy like the rest.
 lint-staticcheck:
-	$(GO) tool staticcheck ./...
+	@echo "go tool staticcheck ./..."
+	@$(GO) tool staticcheck ./...
 
 # The test targets write their counts under build/test-results for the
 # summary of `make test`. GOTESTSUM_FORMAT picks gotestsum's output
 # (testname: a line per test as it ends; pkgname: a line per package).
+# Only the packages that have tests are named (the others would each be a
+# line "EMPTY"); go vet (make lint) checks that every package builds.
 RESULTS := $(BUILD)/test-results
 export GOTESTSUM_FORMAT ?= testname
+TESTED_PACKAGES = $(shell $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...)
 
 test-go: all $(BUILD)/testing/libdistautograd.so $(BUILD)/asan/libdistautograd.so $(BUILD)/nooverlay/libdistautograd.so ## the Go tests with the race detector, the C/C++ ABI tests among them
 	@mkdir -p $(RESULTS)
-	$(GO) tool gotestsum --format-hide-empty-pkg --jsonfile $(RESULTS)/go.json -- -race -count=1 ./...
+	@echo "go test -race (gotestsum: a line per test)"
+	@$(GO) tool gotestsum --format-hide-empty-pkg --jsonfile $(RESULTS)/go.json -- -race -count=1 $(TESTED_PACKAGES)
 
 test-python: $(LIB) $(BUILD)/testing/libdistautograd.so ## the Python unit tests and the differential suite against torch, a line per test module (the reaper's on the testing build)
 	@mkdir -p $(RESULTS)
-	PYTHONPATH=python_bindings DISTAUTOGRAD_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) scripts/unittest_progress.py \
+	@PYTHONPATH=python_bindings DISTAUTOGRAD_LIBRARY=$(CURDIR)/$(LIB) $(PYTHON) scripts/unittest_progress.py \
 	  --json $(RESULTS)/python.json -s python_bindings/tests -t python_bindings
 
 # `make test` runs the fuzz targets over their seed corpus (container/testdata/fuzz);
@@ -289,6 +316,9 @@ uninstall: ## remove what make install put under PREFIX (the same PREFIX, DESTDI
 	rm -f $(DESTDIR)$(LIBDIR)/$(REALNAME) $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libdistautograd.so
 	rm -f $(DESTDIR)$(LIBDIR)/$(notdir $(TORCH_SHIM)) $(DESTDIR)$(LIBDIR)/libdistautograd_torch_impl*.so
 	rm -f $(DESTDIR)$(BINDIR)/distautograd-torch $(addprefix $(DESTDIR)$(DATADIR)/,$(notdir $(LAUNCHER_PY)))
+	@# What Python wrote beside the launcher's code when it ran (any Python's).
+	rm -f $(patsubst %.py,$(DESTDIR)$(DATADIR)/__pycache__/%.*.pyc,$(notdir $(LAUNCHER_PY)))
+	@rmdir $(DESTDIR)$(DATADIR)/__pycache__ 2>/dev/null || true
 	rm -f $(DESTDIR)$(PKGCONFIGDIR)/distautograd.pc
 	rm -f $(DESTDIR)$(CMAKEDIR)/distautograd-config.cmake $(DESTDIR)$(CMAKEDIR)/distautograd-config-version.cmake
 	@scripts/install-dirs remove "$(DESTDIR)" $(INSTALL_MANIFEST)
@@ -391,16 +421,19 @@ IMPL_FLAGS  = -std=c++20 -O2 -fPIC -Wall -Wextra -Werror -Wno-unused-parameter -
 torch-backend: $(TORCH_SHIM) $(LAUNCHER) $(TORCH_IMPLS) ## build/libdistautograd_torch.so, build/distautograd-torch and an implementation per served torch found (its libtorch-dev here; 2.6 on Debian 12: make torch-root)
 $(LAUNCHER): packaging/distautograd-torch.in $(LAUNCHER_PY)
 	@mkdir -p $(BUILD)/launcher
-	cp $(LAUNCHER_PY) $(BUILD)/launcher/
-	$(call LAUNCHER_SUBST,$(CURDIR)/$(BUILD)/launcher,$(CURDIR)/$(BUILD)) > $@.tmp
-	chmod 755 $@.tmp && mv $@.tmp $@
+	@echo "write $@"
+	@cp $(LAUNCHER_PY) $(BUILD)/launcher/
+	@$(call LAUNCHER_SUBST,$(CURDIR)/$(BUILD)/launcher,$(CURDIR)/$(BUILD)) > $@.tmp
+	@chmod 755 $@.tmp && mv $@.tmp $@
 $(TORCH_SHIM): torch_backend/shim.S torch_backend/shim.c torch_backend/symbols.h torch_backend/shim.map
 	@mkdir -p $(BUILD)
-	$(CC) -std=gnu11 -O2 -fPIC -Wall -Wextra -Werror -shared -o $@ torch_backend/shim.S torch_backend/shim.c \
+	@echo "cc $@"
+	@$(CC) -std=gnu11 -O2 -fPIC -Wall -Wextra -Werror -shared -o $@ torch_backend/shim.S torch_backend/shim.c \
 	  -Wl,--version-script=torch_backend/shim.map -Wl,-z,now -Wl,-z,noexecstack
 define HOST_IMPL_RULE
 $(call TORCH_IMPL,$(1)): $$(IMPL_SOURCES)
-	$$(CXX) $$(call IMPL_FLAGS,$(1)) -o $$@
+	@echo "g++ $$@ (torch $(1))"
+	@$$(CXX) $$(call IMPL_FLAGS,$(1)) -o $$@
 endef
 $(foreach v,$(HOST_TORCHES),$(eval $(call HOST_IMPL_RULE,$(v))))
 # Compiled and linked inside the root by its own g++, against its own
@@ -408,13 +441,14 @@ $(foreach v,$(HOST_TORCHES),$(eval $(call HOST_IMPL_RULE,$(v))))
 ifeq ($(filter 2.6,$(HOST_TORCHES)),)
 $(call TORCH_IMPL,2.6): $(IMPL_SOURCES) $(if $(TORCH_ROOT),$(TORCH_ROOT)/.distautograd-root) scripts/torch-root
 	@test -n "$(TORCH_ROOT)" || { echo "no torch 2.6 root: make torch-root"; exit 1; }
-	scripts/torch-root run $(TORCH_ROOT_RELEASE) --bind $(CURDIR) --cd $(CURDIR) -- g++ $(call IMPL_FLAGS,2.6) -o $@
+	@echo "g++ $@ (torch 2.6, in the Debian 13 root)"
+	@scripts/torch-root run $(TORCH_ROOT_RELEASE) --bind $(CURDIR) --cd $(CURDIR) -- g++ $(call IMPL_FLAGS,2.6) -o $@
 endif
 torch-root: ## make (or reuse) the Debian 13 root with torch 2.6 (scripts/torch-root; needs root and debootstrap; about 2 GB)
 	scripts/torch-root make $(TORCH_ROOT_RELEASE)
 test-torch: all $(BUILD)/testing/libdistautograd.so ## the torch backend against real torch: the 3-worker job native vs backend, guard, kill, reaper, fork, launcher, id exhaustion and the cap (the testing build), faults across network namespaces (needs root)
 	@mkdir -p $(RESULTS)
-	$(PYTHON) scripts/unittest_progress.py --each-test --json $(RESULTS)/torch.json -s torch_backend/tests -t .
+	@$(PYTHON) scripts/unittest_progress.py --each-test --json $(RESULTS)/torch.json -s torch_backend/tests -t .
 # Each served torch: 1.13 here, 2.6 in the Debian 13 root (made when
 # missing: needs root and debootstrap). TORCH_VERSIONS_FLAGS go to the
 # script: --no-suites leaves torch's own suites out, --versions 2.6 one torch.

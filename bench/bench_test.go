@@ -445,7 +445,7 @@ func TestRewriteHeadline(t *testing.T) {
 	}
 	got := string(b)
 	for _, want := range []string{
-		"From the `make bench` run of 2026-01-02 on 2 cores (Test CPU, go1.26)",
+		"From the `make bench` run of 2026-01-02 on 2 cores (Test CPU) with go1.26;",
 		"| C ABI (`dac_*`), 1 thread | 3 | 0.60 | 0.20 - 0.80 |\n",
 		"| C++ API (`distautograd.hpp`), 1 thread | 1 | 0.62 | 0.62 - 0.62 |\n",
 		"| Python package, against torch's binding | 1 | 0.97 | 0.97 - 0.97 |\n",
@@ -514,5 +514,32 @@ func TestPrintTorchThreads(t *testing.T) {
 	}
 	if strings.Count(got, "####") != 1 {
 		t.Errorf("want one table, got\n%s", got)
+	}
+}
+
+// The README's headline says how many lines of Go's runtime the measured
+// library changed, never the changes' names (docs/go-runtime.md has those).
+func TestHeadlineGoNamesNoChange(t *testing.T) {
+	for _, tc := range []struct{ machine, want string }{
+		{"go1.27.3 (runtime changes: take-a-p-from-c)", "go1.27.3, one line of its runtime changed ([docs/go-runtime.md](docs/go-runtime.md))"},
+		{"go1.27.3 (runtime changes: a-b, d)", "go1.27.3, 2 lines of its runtime changed ([docs/go-runtime.md](docs/go-runtime.md))"},
+		{"go1.27.3 (runtime as Go ships it)", "go1.27.3, its runtime as shipped"},
+		{"go1.26", "go1.26"},
+	} {
+		if got := headlineGo(tc.machine); got != tc.want {
+			t.Errorf("headlineGo(%q) = %q, want %q", tc.machine, got, tc.want)
+		}
+	}
+	// The README's own headline, as make bench last wrote it.
+	root, err := findRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(readme), strings.TrimPrefix(runtimeChangesPrefix, " ")) {
+		t.Errorf("README.md names the runtime changes (%q): make bench writes the headline without them", runtimeChangesPrefix)
 	}
 }

@@ -101,6 +101,13 @@ func firstLine(name string, args ...string) string {
 	return line
 }
 
+// How the machine line (MachineInfo.Go) says which changes of Go's runtime
+// the measured library took: goRuntimeChanges writes it, headlineGo reads it.
+const (
+	runtimeChangesPrefix = " (runtime changes: "
+	runtimeAsShipped     = " (runtime as Go ships it)"
+)
+
 // goRuntimeChanges says which changes of Go's runtime the library under
 // measure was built with (docs/go-runtime.md), from the build's record
 // (build/go-runtime/STATUS): " (runtime changes: a, b)", " (runtime as
@@ -117,9 +124,27 @@ func goRuntimeChanges(root string) string {
 		}
 	}
 	if len(applied) == 0 {
-		return " (runtime as Go ships it)"
+		return runtimeAsShipped
 	}
-	return " (runtime changes: " + strings.Join(applied, ", ") + ")"
+	return runtimeChangesPrefix + strings.Join(applied, ", ") + ")"
+}
+
+// headlineGo is the machine line's Go as the README says it: the version,
+// and how many lines of its runtime the library's builds changed, with a
+// link to the page that names them (the README names none).
+func headlineGo(goLine string) string {
+	if version, ok := strings.CutSuffix(goLine, runtimeAsShipped); ok {
+		return version + ", its runtime as shipped"
+	}
+	version, names, ok := strings.Cut(goLine, runtimeChangesPrefix)
+	if !ok {
+		return goLine
+	}
+	lines := "one line"
+	if n := len(strings.Split(strings.TrimSuffix(names, ")"), ", ")); n > 1 {
+		lines = fmt.Sprintf("%d lines", n)
+	}
+	return version + ", " + lines + " of its runtime changed ([docs/go-runtime.md](docs/go-runtime.md))"
 }
 
 func (m MachineInfo) String() string {
@@ -396,8 +421,8 @@ func PrintHeadline(w io.Writer, rep Report) {
 	if t, err := time.Parse(time.RFC3339, rep.Date); err == nil {
 		date = t.Format("2006-01-02")
 	}
-	fmt.Fprintf(w, "From the `make bench` run of %s on %d cores (%s, %s); every row, the machine and how it measures: [docs/benchmarks.md](docs/benchmarks.md).\n\n",
-		date, rep.Machine.Cores, rep.Machine.CPU, rep.Machine.Go)
+	fmt.Fprintf(w, "From the `make bench` run of %s on %d cores (%s) with %s; every row, the machine and how it measures: [docs/benchmarks.md](docs/benchmarks.md).\n\n",
+		date, rep.Machine.Cores, rep.Machine.CPU, headlineGo(rep.Machine.Go))
 	fmt.Fprintln(w, "| used through | operations timed | median ratio | lowest - highest |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|")
 	groups := []struct {

@@ -243,7 +243,9 @@ func callees(listing []instruction) []string {
 // in two files, through GO_RUNTIME_CHANGES; and the library's own): where
 // every file it changes is on the list (by its hash, under one Go), a line
 // found once is replaced, line for line; a line found twice or not at all
-// is left as it is and STATUS says so. A Go whose files are not all on the
+// is left as it is and STATUS says so, and so does a line on stderr unless
+// the list says that Go lacks it ("GOVERSION lacks NAME": a build says
+// nothing of what it expects). A Go whose files are not all on the
 // list, or a build with GO_RUNTIME_OVERLAY=0, takes none, and one line on
 // stderr says so. --without=NAME leaves that change out (make
 // without-lib's builds), and a name that is no change's is refused. The
@@ -279,23 +281,33 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 		changes []overlayChange   // nil: ours
 		files   map[string]string // runtime file: its text (absent: missing)
 		tested  map[string]string // the tested list's text of each file (absent: as in files)
+		lacks   []string          // the changes the list says this Go lacks
 		off     bool              // GO_RUNTIME_OVERLAY=0
 		args    []string          // after GO DIR
 		refused bool              // exits 2, with stderr
 		applied []string
 		changed []string // files in the overlay
 		stderr  string   // the line on stderr when none applies
+		loud    []string // else the changes not applied that stderr names, a line each
 	}{
 		{name: "the library's changes", changes: libChanges, files: realFiles, applied: realNames, changed: slices.Sorted(maps.Keys(realFiles))},
 		{name: "as tested", files: asTested, applied: all, changed: []string{"a.go", "b.go"}},
 		{name: "a line twice", files: map[string]string{
 			"a.go": "package runtime\n" + first + "\n" + first + "\n" + second + "\n",
 			"b.go": "package runtime\n"},
-			applied: []string{"second"}, changed: []string{"a.go"}},
+			applied: []string{"second"}, changed: []string{"a.go"}, loud: []string{"first", "third"}},
 		{name: "one of a file's two lines", files: map[string]string{
 			"a.go": "package runtime\n" + first + "\n",
 			"b.go": "package runtime\n" + third + "\n" + third + "\n"},
-			applied: []string{"first"}, changed: []string{"a.go"}},
+			applied: []string{"first"}, changed: []string{"a.go"}, loud: []string{"second", "third"}},
+		{name: "lines the list says this Go lacks", files: map[string]string{
+			"a.go": "package runtime\n" + first + "\n",
+			"b.go": "package runtime\n"},
+			lacks: []string{"second", "third"}, applied: []string{"first"}, changed: []string{"a.go"}},
+		{name: "one the list says this Go lacks, one missed", files: map[string]string{
+			"a.go": "package runtime\n" + first + "\n",
+			"b.go": "package runtime\n"},
+			lacks: []string{"third"}, applied: []string{"first"}, changed: []string{"a.go"}, loud: []string{"second"}},
 		{name: "untested: a file differs from the list's", files: asTested,
 			tested: map[string]string{"b.go": "package runtime\n" + third + "\n// another Go\n"},
 			stderr: "go-runtime-overlay: go1.99.0's runtime is not one the overlay was tested with"},
@@ -323,6 +335,9 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 				}
 				list += fmt.Sprintf("go1.99.0 %s %x\n", name, sha256.Sum256([]byte(text)))
 			}
+			for _, name := range tc.lacks {
+				list += "go1.99.0 lacks " + name + "\n"
+			}
 			listFile := filepath.Join(t.TempDir(), "tested")
 			require.NoError(t, os.WriteFile(listFile, []byte(list), 0o644))
 			cmd := exec.Command(script, append([]string{standInGo(t, goroot), out}, tc.args...)...)
@@ -348,6 +363,11 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 			if tc.stderr != "" {
 				assert.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line on stderr: %s", stderr.String())
 				assert.True(t, strings.HasPrefix(stderr.String(), tc.stderr), "stderr: %s", stderr.String())
+			} else {
+				assert.Equal(t, len(tc.loud), strings.Count(stderr.String(), "\n"), "a line on stderr per change missed: %s", stderr.String())
+				for _, name := range tc.loud {
+					assert.Contains(t, stderr.String(), "go-runtime-overlay: "+name+" not applied: ")
+				}
 			}
 
 			status, err := os.ReadFile(filepath.Join(out, "STATUS"))
@@ -365,6 +385,9 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 				}
 			}
 			assert.Equal(t, strings.Join(want, ",")+"\n", string(builtWith))
+			for _, name := range tc.lacks {
+				assert.Contains(t, string(status), name+": not applied: go1.99.0 lacks its line (")
+			}
 			for _, arg := range tc.args {
 				assert.Contains(t, string(status), strings.TrimPrefix(arg, "--without=")+": not applied: left out ("+arg+")\n")
 			}

@@ -374,4 +374,28 @@ func TestReadmeCExample(t *testing.T) {
 	if got := run(t, dir, append(env, "LD_LIBRARY_PATH="+libdir), "./app"); got != string(shown[1]) {
 		t.Errorf("the README's app.c printed\n%s\nthe README shows\n%s", got, shown[1])
 	}
+
+	// Into a folder of one's own: the README's lines as they are, in a
+	// shell whose HOME is a fresh folder, with no hint where the library is
+	// but what those lines give (no LD_LIBRARY_PATH, no ldconfig).
+	block := regexp.MustCompile("(?s)```sh\n(make install PREFIX=\\S+)\n(.*?)```\n").FindSubmatch(readme)
+	if block == nil {
+		t.Fatal("README.md has no ```sh block starting make install PREFIX=...")
+	}
+	home := t.TempDir()
+	var shell []string
+	for _, kv := range makeEnv() {
+		switch strings.SplitN(kv, "=", 2)[0] {
+		case "HOME", "LD_LIBRARY_PATH", "PKG_CONFIG_PATH", "PKG_CONFIG_LIBDIR", "PKG_CONFIG_SYSROOT_DIR", "LIBRARY_PATH", "CPATH":
+			continue
+		}
+		shell = append(shell, kv)
+	}
+	shell = append(shell, "HOME="+home)
+	run(t, root, shell, "sh", "-c", string(block[1])+" LDCONFIG=false")
+	prefix := run(t, root, shell, "sh", "-c", "echo "+strings.TrimPrefix(string(block[1]), "make install PREFIX="))
+	defer run(t, root, shell, "sh", "-c", string(block[1])[:len("make ")]+"uninstall PREFIX="+strings.TrimSpace(prefix))
+	if got := run(t, dir, shell, "sh", "-ec", string(block[2])); got != string(shown[1]) {
+		t.Errorf("the README's lines for a PREFIX of one's own:\n%s\nprinted\n%s\nthe README shows\n%s", block[2], got, shown[1])
+	}
 }

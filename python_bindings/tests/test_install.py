@@ -5,7 +5,9 @@
   ``pip install`` of that file works and imports from anywhere;
 - ``pip install ./python_bindings`` builds the same wheel through the
   project's standard-library build backend (no setuptools, no wheel package);
-- ``python -m distautograd`` says what was loaded.
+- ``python -m distautograd`` says what was loaded;
+- the README's Python example, run as the README says, prints what the
+  README shows.
 
 Nothing outside the temporary folder changes. A few seconds per venv.
 """
@@ -61,6 +63,16 @@ def readme_output():
     after = text[text.index("`python -m distautograd` prints"):]
     block = after[after.index("```\n") + 4:]
     return block[:block.index("```\n")].splitlines()
+
+
+def readme_example():
+    """The README's Python example (its ```python block) and the output it
+    shows after it."""
+    with open(os.path.join(_support.ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"```python\n(# example\.py: venv/bin/python example\.py\n.*?)```\n\n```\n(.*?)```\n", text, re.S)
+    assert m, "README.md has no ```python block starting '# example.py: venv/bin/python example.py', then its output"
+    return m.group(1), m.group(2)
 
 
 def matches(pattern, lines) -> bool:
@@ -195,6 +207,15 @@ class Install(unittest.TestCase):
         python = self.bare_venv()
         self.pip_install(python, wheel)
         self.check_installed(python)
+
+        example, shown = readme_example()
+        with open(os.path.join(self.tmp, "example.py"), "w", encoding="utf-8") as f:
+            f.write(example)
+        p = subprocess.run([python, "example.py"], env=self.env, cwd=self.tmp, capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual((p.returncode, p.stderr), (0, ""))
+        self.assertEqual(p.stdout, shown, "the README's example.py printed\n%s\nthe README shows\n%s"
+                         % (p.stdout, shown))
 
     def test_source_install_into_bare_venv(self) -> None:
         # pip builds through pyproject.toml's backend, in an isolated build

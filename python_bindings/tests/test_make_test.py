@@ -1,17 +1,27 @@
 """What `make test` (scripts/run-tests) does before and after the suites:
 it refuses to start without a tool a suite needs, one line per tool with
 the command that installs it (exit 2), and its summary names every test
-that failed. The suites themselves are stood in for by a fake make."""
+that failed. The suites themselves are stood in for by a fake make.
+
+And the Makefile's own first steps: on a machine without Go (and without
+cmake), `make help` works, `make` says in one line what to install, and
+`make test` one line per missing tool; a make that builds with another Go
+than go.mod's toolchain line says which. The README's set-up installs
+what run-tests checks for, and the Go go.mod names."""
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
 import unittest
+from typing import Optional
 
 from . import _support
 
@@ -72,6 +82,142 @@ class MakeTest(unittest.TestCase):
         r = self.run_tests("go", MAKE=fake_make, TEST_RESULTS=results)
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("failed tests:\n  go      p/b TestBad/case\n  go      p/b TestBad\n", r.stdout)
+
+
+def go_mod_toolchain() -> str:
+    with open(os.path.join(_support.ROOT, "go.mod"), encoding="utf-8") as f:
+        return re.search(r"^toolchain (\S+)$", f.read(), re.M).group(1)
+
+
+class MakeWithoutGo(unittest.TestCase):
+    """make on a PATH of the tools a newcomer has: all but go and cmake."""
+
+    #: What the Makefile, scripts/go-toolchain and scripts/run-tests call, and
+    #: what run-tests checks for besides go and cmake.
+    TOOLS = ("make", "sh", "bash", "env", "sed", "grep", "cat", "dirname", "mkdir", "rm", "cmp", "ls",
+             "gcc", "g++", "pkg-config", "readelf", "ip")
+
+    def setUp(self) -> None:
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.bin = os.path.join(tmp.name, "bin")
+        os.makedirs(self.bin)
+        for tool in self.TOOLS:
+            path = shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin")
+            self.assertIsNotNone(path, tool)
+            os.symlink(path, os.path.join(self.bin, tool))
+
+    def make(self, *args: str) -> subprocess.CompletedProcess:
+        e = _support.child_env(CI=None, MAKEFLAGS=None, MFLAGS=None, MAKELEVEL=None, MAKEOVERRIDES=None, GO=None,
+                               GOTOOLCHAIN=None, PATH=self.bin)
+        return subprocess.run(["make", "--no-print-directory", "-C", _support.ROOT, *args], env=e,
+                              capture_output=True, text=True, timeout=300)
+
+    def test_help(self) -> None:
+        r = self.make("help")
+        self.assertEqual((r.returncode, r.stderr), (0, ""), r.stdout)
+        self.assertIn("\ntest\t", r.stdout)
+
+    def test_build_says_what_to_install(self) -> None:
+        for goal in ((), ("install", "PREFIX=" + self.bin)):
+            r = self.make(*goal)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertEqual(r.stdout, "")
+            self.assertRegex(r.stderr, r"^Makefile:\d+: \*\*\* no go command on PATH: install Go %s from its "
+                             r"release tarball into /usr/local/go and put /usr/local/go/bin on PATH [^\n]*Stop\.\n$"
+                             % re.escape(go_mod_toolchain()[2:]))
+
+    def test_test_checks_first(self) -> None:
+        r = self.make("test")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        lines = [line for line in r.stdout.splitlines() if line.startswith("run-tests: ")]
+        self.assertEqual(lines[:2], [
+            "run-tests: missing: Go (no go command on PATH: install Go %s from its release tarball into "
+            "/usr/local/go and put /usr/local/go/bin on PATH (README.md, Set up; Debian's golang-go is older))"
+            % go_mod_toolchain()[2:],
+            "run-tests: missing: cmake (apt-get install -y cmake)"])
+        self.assertEqual(len(lines), 3, r.stdout)
+        self.assertIn("nothing was run", lines[2])
+        self.assertNotIn("suite", r.stdout)
+
+
+class MakeSaysWhichGo(unittest.TestCase):
+    """A make whose environment picks another Go than go.mod's toolchain
+    line (GOTOOLCHAIN=local, a Go on PATH of another version) says, before
+    it builds, which Go it builds with; with go.mod's, it says nothing."""
+
+    def setUp(self) -> None:
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.tmp = tmp.name
+
+    def make_n(self, **env: Optional[str]) -> subprocess.CompletedProcess:
+        # make -n (nothing built) into a build folder of its own: make still
+        # reads the Makefile, which is where it looks for its Go.
+        e = _support.child_env(CI=None, MAKEFLAGS=None, MFLAGS=None, MAKELEVEL=None, MAKEOVERRIDES=None, GO=None,
+                               **env)
+        r = subprocess.run(["make", "--no-print-directory", "-n", "-C", _support.ROOT, "all",
+                            "BUILD=" + os.path.join(self.tmp, "build")],
+                           env=e, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r
+
+    def test_another_go(self) -> None:
+        goroot = os.path.join(self.tmp, "goroot")
+        bin_dir = os.path.join(goroot, "bin")
+        os.makedirs(bin_dir)
+        with open(os.path.join(bin_dir, "go"), "w") as f:
+            f.write(textwrap.dedent("""\
+                #!/bin/sh
+                # A Go other than go.mod's toolchain line: all make asks of it.
+                [ "$1" = env ] || exit 2
+                shift
+                for v in "$@"; do
+                  case $v in GOVERSION) echo go1.99.0;; GOROOT) echo %s;; GOMODCACHE) echo /nonexistent;; esac
+                done
+                """ % goroot))
+        os.chmod(os.path.join(bin_dir, "go"), 0o755)
+        r = self.make_n(GOTOOLCHAIN="local", PATH=bin_dir + os.pathsep + os.environ["PATH"])
+        self.assertEqual(r.stdout.splitlines()[0],
+                         "make: building with go1.99.0 (%s), not go.mod's toolchain %s: GOTOOLCHAIN=local"
+                         % (goroot, go_mod_toolchain()))
+        self.assertIn(os.path.join(bin_dir, "go") + " build ", r.stdout)
+
+    def test_go_mod_toolchain(self) -> None:
+        r = self.make_n(GOTOOLCHAIN=None)
+        self.assertNotIn("make: building with", r.stdout + r.stderr)
+
+
+class ReadmeSetUp(unittest.TestCase):
+    """The README's set-up, against what it sets up for."""
+
+    def setUp(self) -> None:
+        with open(os.path.join(_support.ROOT, "README.md"), encoding="utf-8") as f:
+            self.readme = f.read()
+
+    def test_apt_line_has_every_tool_run_tests_checks(self) -> None:
+        loader = importlib.machinery.SourceFileLoader("run_tests", RUN_TESTS)
+        spec = importlib.util.spec_from_loader("run_tests", loader)
+        run_tests = importlib.util.module_from_spec(spec)
+        loader.exec_module(run_tests)
+        wanted = set()
+        for _, _, install in run_tests.TOOLS.values():
+            if isinstance(install, str) and install.startswith(run_tests.APT):
+                wanted.update(install[len(run_tests.APT):].split())
+        self.assertIn("iproute2", wanted)
+        m = re.search(r"^sudo apt-get install -y (.*)$", self.readme, re.M)
+        self.assertIsNotNone(m, "README.md has no apt-get install line")
+        self.assertEqual(wanted - set(m.group(1).split()), set(), "README.md's apt-get line lacks what run-tests checks")
+
+    def test_go_is_go_mods(self) -> None:
+        version = go_mod_toolchain()
+        self.assertIn("Go %s, the Go that `go.mod` names" % version[2:], self.readme)
+        tarballs = re.findall(r"\b(go[0-9.]+)\.linux-amd64\.tar\.gz", self.readme)
+        self.assertTrue(tarballs)
+        self.assertEqual(set(tarballs), {version})
+
+    def test_under_200_lines(self) -> None:
+        self.assertLess(self.readme.count("\n"), 200, "README.md: keep it under 200 lines")
 
 
 if __name__ == "__main__":

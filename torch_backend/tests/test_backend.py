@@ -700,7 +700,9 @@ class TestExample(BackendTest):
 class TestInstalled(BackendTest):
     """make install puts the whole backend and the launcher in place: a
     staged install (DESTDIR) preloaded serves torch, and the launcher of an
-    install into a private PREFIX runs a script under that install."""
+    install into a private PREFIX runs a script under that install; make
+    uninstall leaves nothing, not even what Python wrote when the launcher
+    ran, and a second one finds nothing to do."""
 
     def make(self, *args: str) -> str:
         e = {k: v for k, v in os.environ.items()
@@ -742,8 +744,21 @@ class TestInstalled(BackendTest):
         self.assertTrue(got["state"][0], got)
         self.assertEqual(os.path.dirname(got["shim"]), lib)
         self.assertEqual(os.path.dirname(os.path.realpath(got["lib"])), lib)
-        self.make("uninstall", "PREFIX=" + prefix)
-        self.assertFalse(os.path.exists(prefix))
+        # As a user's shell runs it, where Python writes its bytecode beside
+        # the launcher's code.
+        e = env(False)
+        e.pop("PYTHONDONTWRITEBYTECODE", None)
+        r = subprocess.run([os.path.join(prefix, "bin", "distautograd-torch"), PYTHON, "-c", "print('ran')"],
+                           env=e, cwd=self.tmp, capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual((r.returncode, r.stdout), (0, "ran\n"), r.stderr)
+        pycache = os.path.join(prefix, "share", "distautograd", "__pycache__")
+        self.assertTrue(os.listdir(pycache), "the launcher's run wrote no bytecode: the test no longer shows uninstall "
+                        "removing it")
+        for _ in range(2):
+            self.make("uninstall", "PREFIX=" + prefix)
+            left = [os.path.join(d, f) for d, _, files in os.walk(prefix) for f in files]
+            self.assertEqual(left, [])
+            self.assertFalse(os.path.exists(prefix))
 
 
 if __name__ == "__main__":
