@@ -213,7 +213,10 @@ def watch_served(env: Dict[str, str]) -> None:
                     _watch(sock, job)
             finally:
                 os._exit(0)  # never back into the launcher, whatever happened
-        os.waitpid(child, 0)
+        try:
+            os.waitpid(child, 0)
+        except ChildProcessError:
+            pass  # SIGCHLD ignored: reaped already
     except OSError:
         return
     finally:
