@@ -7,10 +7,11 @@ through the launcher, every context of the job lives in distautograd:
     /usr/bin/python3 examples/torch_train.py                      # native
     build/distautograd-torch /usr/bin/python3 examples/torch_train.py
 
-The script does not import distautograd; its last line says whether the
-library was loaded into the trainer (by the backend, on torch's first
-container call).
+The training is torch alone; the last line asks the backend whether it
+served the trainer's container (distautograd.torch.state(): imported from
+the checkout when the package is not installed), and if not, why.
 """
+import importlib.util
 import os
 import socket
 import sys
@@ -37,13 +38,17 @@ def forward(model_rref, x):
     return model_rref.local_value()(x)
 
 
-def distautograd_library():
-    """The libdistautograd this process mapped, if any (from /proc/self/maps)."""
-    with open("/proc/self/maps") as f:
-        for line in f:
-            if "libdistautograd.so" in line:
-                return line.split()[-1]
-    return None
+def served_by_distautograd():
+    """Whether distautograd serves torch's distributed autograd in this
+    process, as the backend says, in words."""
+    if importlib.util.find_spec("distautograd") is None:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python_bindings"))
+    try:
+        import distautograd.torch
+    except ImportError as e:
+        return "unknown (%s)" % e
+    on, why = distautograd.torch.state()
+    return "%s (%s)" % ("yes" if on else "no", why)
 
 
 def worker(rank, port):
@@ -64,7 +69,7 @@ def worker(rank, port):
                 optimizer.step(context_id)
             if step in (0, STEPS - 1):
                 print("step %2d  loss %.4f" % (step, loss.item()), flush=True)
-        print("distributed autograd served by distautograd: %s" % (distautograd_library() or "no (torch's own)"))
+        print("distributed autograd served by distautograd: %s" % served_by_distautograd())
     rpc.shutdown()
 
 

@@ -14,11 +14,16 @@
 ** preloaded. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "symbols.h"
 
@@ -126,6 +131,28 @@ static void go_inert(const char *why) {
 	        why);
 }
 
+/* Tells the launcher that this process is served: one datagram, the torch
+** version, to the abstract socket DAT_NOTIFY_ENV names, where the
+** launcher's watcher (distautograd._launch: watch_served) prints one line
+** for the job on the first and stops listening; the rest find no one. Not
+** set (no launcher, or DISTAUTOGRAD_QUIET=1): nothing is sent. */
+static void notify_served(const char *version) {
+	const char *name = getenv(DAT_NOTIFY_ENV);
+	struct sockaddr_un to = {.sun_family = AF_UNIX};
+	size_t n = name != NULL ? strlen(name) : 0;
+	if (n == 0 || n + 1 > sizeof to.sun_path)
+		return;
+	memcpy(to.sun_path + 1, name, n); /* sun_path[0] == 0: the abstract namespace */
+	int saved = errno;
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd >= 0) {
+		(void)sendto(fd, version, strlen(version), MSG_NOSIGNAL, (struct sockaddr *)&to,
+		             (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n));
+		close(fd);
+	}
+	errno = saved;
+}
+
 static void decide(void) {
 	char why[8192] = "";
 	const char *sim = getenv("DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH");
@@ -194,6 +221,7 @@ static void decide(void) {
 		if (i < DAT_PRIVATE_FIRST)
 			__atomic_store_n(&dat_fn[i], serve[i], __ATOMIC_RELEASE);
 	__atomic_store_n(&active, 1, __ATOMIC_RELEASE);
+	notify_served(version);
 }
 
 /* Called by dat_lazy (shim.S) with the index of the entry called; returns

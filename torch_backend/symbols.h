@@ -55,6 +55,11 @@
 #define DAT_TORCH_VERSIONS(X) X("1.13") X("2.6")
 #define DAT_TORCH_SONAME_PREFIX "libtorch_cpu.so."
 
+/* The variable in which the launcher names the abstract socket a served
+** process tells (shim.c: notify_served; distautograd._launch.NOTIFY_ENV,
+** the same name: test_backend's TestServedLine ties the two). */
+#define DAT_NOTIFY_ENV "DISTAUTOGRAD_TORCH_NOTIFY"
+
 #ifndef __ASSEMBLER__
 /* What the shim gives the implementation (impl.cpp): libtorch's own
 ** definitions, and where the implementation's entries go. */

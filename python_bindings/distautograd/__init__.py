@@ -31,9 +31,44 @@ or use the "spawn" start method of multiprocessing.
 from __future__ import annotations
 
 import ctypes as _ctypes
+import sys as _sys
 from typing import Any, Dict, List, NoReturn, Optional, Set
 
-from . import _lib
+
+def _run_as_module() -> bool:
+    """Whether Python is locating a module of this package to run as
+    ``python -m distautograd[.X]`` (the package is imported first): there
+    a library that does not load is the diagnostic's answer, not a bug."""
+    if _sys.argv[:1] != ["-m"]:  # "-m" only while the module is being located
+        return False
+    argv = list(getattr(_sys, "orig_argv", []))
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "-m" or arg.startswith("-m"):
+            name = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
+            return name == __name__ or name.startswith(__name__ + ".")
+    return False
+
+
+def _one_line(message: str) -> str:
+    """message on one line: the items of a list (indented lines) joined by
+    commas, a line after the list after a semicolon."""
+    out, in_list = "", False
+    for line in message.splitlines():
+        text = line.strip()
+        if not text:
+            continue
+        item = line[:1].isspace()
+        out = text if not out else out + (", " if item and in_list else "; " if in_list else " ") + text
+        in_list = item
+    return out
+
+
+try:
+    from . import _lib
+except ImportError as _e:
+    if _run_as_module():
+        raise SystemExit(_one_line(str(_e))) from None  # one line, no traceback, exit status 1
+    raise
 from . import _fanout
 from ._fanout import *  # noqa: F401,F403  (the release fan-out: _fanout.__all__)
 from ._lib import DistAutogradError, Status

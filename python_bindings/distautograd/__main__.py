@@ -8,7 +8,10 @@ short-lived process: the library's, or, run under the torch backend
 (``distautograd-torch python -m distautograd``),
 distautograd.torch.debug_info()'s, which adds torch's figures and the
 backend's own, and the contexts it holds (distautograd.torch.contexts()).
-Exit status 0 when the library loaded and answered.
+Exit status 0 when the library loaded and answered. Where it does not
+load, the package (imported before this module) says why in one line on
+stderr and exits 1, without a traceback (``_run_as_module``, Python 3.10
+on: it reads ``sys.orig_argv``).
 """
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ or a torch the backend does not serve, it says so in one line with what to
 run instead, and runs nothing. A command that is not a Python program
 (a shell script, a binary) runs unjudged: the backend's own check, on
 torch's first container call, still keeps an unserved torch native.
+Once the first process of the job is served, it says so on stderr, once
+for the job (watch_served; DISTAUTOGRAD_QUIET=1 silences it).
 
 It needs the standard library only and imports nothing of the package
 (importing the package loads libdistautograd), so that ``make install``
@@ -19,8 +21,13 @@ import glob
 import json
 import os
 import re
+import secrets
+import select
 import shlex
 import shutil
+import signal
+import socket
+import struct
 import subprocess
 import sys
 from typing import Dict, List, Optional, Tuple
@@ -112,13 +119,110 @@ SETTINGS = {
 }
 
 
+#: The launcher's own: DISTAUTOGRAD_QUIET=1 keeps it from saying, once a
+#: process of the job is served, that the backend serves the job.
+QUIET_ENV = "DISTAUTOGRAD_QUIET"
+LAUNCHER_SETTINGS = {
+    QUIET_ENV: ("0 or 1", lambda v: v in ("0", "1")),
+}
+
+
 def check_settings(env: Dict[str, str]) -> None:
-    """Refuses the first bad value of a backend setting in env (UsageError:
-    its one line). An empty value is the default, as unset."""
-    for name, (what, ok) in SETTINGS.items():
+    """Refuses the first bad value of a setting in env, the backend's or
+    the launcher's (UsageError: its one line). An empty value is the
+    default, as unset."""
+    for name, (what, ok) in {**SETTINGS, **LAUNCHER_SETTINGS}.items():
         value = env.get(name, "")
         if value and not ok(value):
             raise UsageError("%s=%s is not %s" % (name, value, what))
+
+
+#: Names to the backend's shim the abstract socket (Linux's, no file) that
+#: the launcher's watcher listens on (torch_backend/symbols.h:
+#: DAT_NOTIFY_ENV, the same name).
+NOTIFY_ENV = "DISTAUTOGRAD_TORCH_NOTIFY"
+
+#: What the watcher prints, once a job, when the first of its processes is served.
+SERVED_LINE = ("distautograd-torch: torch %s's distributed autograd is served by distautograd "
+               "(first in process %d; " + QUIET_ENV + "=1 hides this line)")
+
+_UCRED = struct.Struct("iII")  # SCM_CREDENTIALS: pid, uid, gid
+
+
+def _watch(sock: socket.socket, job: int) -> None:
+    """The watcher: waits for the first served process of the job (a
+    datagram from the shim, the torch version, sent by a process of this
+    user), prints SERVED_LINE on stderr and returns; returns as well when
+    the job's first process (the launcher's, after its exec) has ended
+    with nothing heard. Holds nothing of the job but stderr."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C is the job's to take
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+    os.chdir("/")
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    lo = 3
+    for fd in sorted((sock.fileno(), job)):
+        os.closerange(lo, fd)
+        lo = fd + 1
+    os.closerange(lo, os.sysconf("SC_OPEN_MAX"))
+    while True:
+        ready = select.select([sock, job], [], [])[0]
+        if sock not in ready:
+            return  # the job has ended: no datagram is queued
+        data, ancillary, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(_UCRED.size))
+        for level, kind, cred in ancillary:
+            if (level, kind) != (socket.SOL_SOCKET, socket.SCM_CREDENTIALS) or len(cred) < _UCRED.size:
+                continue
+            pid, uid, _ = _UCRED.unpack(cred[:_UCRED.size])
+            version = data.decode("ascii", "replace")
+            if uid == os.getuid() and version in SERVED_TORCH:
+                os.write(2, (SERVED_LINE % (version, pid) + "\n").encode())
+                return
+
+
+def watch_served(env: Dict[str, str]) -> None:
+    """Has the job say once on stderr that the backend serves it: a
+    watcher process, detached (forked twice: no child of the command),
+    listens on an abstract socket named in env[NOTIFY_ENV], and prints
+    SERVED_LINE on the first datagram the shim sends from a served
+    process. It exits then, or when the launcher's process (the command,
+    after exec) ends; the socket goes with it, and the later served
+    processes find no one listening. Nothing is left on disk. Quiet
+    (QUIET_ENV=1), or where Linux cannot do it: nothing is set up."""
+    env.pop(NOTIFY_ENV, None)
+    if env.get(QUIET_ENV) == "1" or not hasattr(os, "pidfd_open"):
+        return
+    name = "distautograd-torch-%d-%s" % (os.getpid(), secrets.token_hex(8))
+    try:
+        job = os.pidfd_open(os.getpid())
+    except OSError:
+        return
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    except OSError:
+        os.close(job)
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        sock.bind("\0" + name)
+        child = os.fork()
+        if child == 0:
+            try:
+                if os.fork() == 0:
+                    _watch(sock, job)
+            finally:
+                os._exit(0)  # never back into the launcher, whatever happened
+        try:
+            os.waitpid(child, 0)
+        except ChildProcessError:
+            pass  # SIGCHLD ignored: reaped already
+    except OSError:
+        return
+    finally:
+        sock.close()
+        os.close(job)
+    env[NOTIFY_ENV] = name
 
 
 def served(version: Optional[str]) -> bool:
@@ -264,7 +368,9 @@ Runs COMMAND with torch's distributed autograd served by distautograd
 COMMAND is checked first: the Python it runs must have torch %s
 (Debian 12's is %s). --check only checks (COMMAND defaults to python3)
 and prints the library's path. USE_LIBUV=0 is set for COMMAND unless set
-or its torch is 1.x (Debian 13's torch 2.6 has no libuv for its TCPStore).""" % (served_text(), SYSTEM_PYTHON)
+or its torch is 1.x (Debian 13's torch 2.6 has no libuv for its TCPStore).
+Once a process of the job is served, one line on stderr says so
+(%s=1: not).""" % (served_text(), SYSTEM_PYTHON, QUIET_ENV)
 
 
 def main(argv: Optional[List[str]] = None, library_dir: Optional[str] = None) -> int:
@@ -299,6 +405,7 @@ def main(argv: Optional[List[str]] = None, library_dir: Optional[str] = None) ->
     if check_only:
         print("%s (%s)" % (shim, found))
         return 0
+    watch_served(env)
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if p and p != shim]
     env["LD_PRELOAD"] = " ".join([shim] + preload)
     # Debian 13's torch 2.6 is built without libuv, which its TCPStore asks

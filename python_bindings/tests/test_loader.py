@@ -7,6 +7,7 @@ import ctypes
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -15,7 +16,9 @@ from . import _support
 PKG = os.path.join(_support.BINDINGS, "distautograd")
 
 
-class Loader(unittest.TestCase):
+class PackageCopy(unittest.TestCase):
+    """A copy of the package, without a library, in a checkout's layout."""
+
     def setUp(self) -> None:
         tmp = tempfile.TemporaryDirectory()
         self.addCleanup(tmp.cleanup)
@@ -27,6 +30,8 @@ class Loader(unittest.TestCase):
         shutil.copytree(PKG, self.pkg, ignore=shutil.ignore_patterns("__pycache__", "*.so*"))
         self.build = os.path.join(self.checkout, "build")
 
+
+class Loader(PackageCopy):
     def child(self, env_lib: "str | None") -> "tuple[int, str]":
         env = _support.child_env(PYTHONPATH=self.bindings, DISTAUTOGRAD_LIBRARY=env_lib)
         p = _support.run_python("""
@@ -100,6 +105,56 @@ class Loader(unittest.TestCase):
         self.assertNotEqual(rc, 0)
         self.assertIn("lacks dac_version, dac_last_error", out)
         self.assertIn("rebuild it with `make`", out)
+
+
+class Diagnostic(PackageCopy):
+    """`python -m distautograd` (and any module of the package run so) where
+    the library does not load: the problem in one line on stderr, exit
+    status 1, no traceback. A program importing the package still gets the
+    ImportError, a module of its own run with -m included."""
+
+    def diagnose(self, env_lib: "str | None", *module: str) -> subprocess.CompletedProcess:
+        env = _support.child_env(PYTHONPATH=self.bindings, DISTAUTOGRAD_LIBRARY=env_lib)
+        return subprocess.run([sys.executable, "-m", *(module or ["distautograd"])], env=env, cwd=self.checkout,
+                              capture_output=True, text=True, timeout=120)
+
+    def assert_one_line(self, p: subprocess.CompletedProcess, *wants: str) -> None:
+        self.assertEqual((p.returncode, p.stdout), (1, ""), p.stderr)
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertTrue(lines[0].startswith("distautograd: "), p.stderr)
+        for want in wants:
+            self.assertIn(want, lines[0])
+
+    def test_env_naming_nothing(self) -> None:
+        missing = os.path.join(self.checkout, "nope.so")
+        self.assert_one_line(self.diagnose(missing), "DISTAUTOGRAD_LIBRARY=%r does not name a file" % missing)
+        self.assert_one_line(self.diagnose(missing, "distautograd.torch", "--check"),
+                             "DISTAUTOGRAD_LIBRARY=%r does not name a file" % missing)
+
+    def test_nothing_found(self) -> None:
+        paths = [os.path.join(folder, name) for folder in (self.pkg, self.build)
+                 for name in ("libdistautograd.so", "libdistautograd.so.0")]
+        self.assert_one_line(self.diagnose(None), "libdistautograd.so not found", "then: %s; Run `make`"
+                             % ", ".join(paths))
+
+    def test_not_a_library(self) -> None:
+        bogus = os.path.join(self.checkout, "bogus.so")
+        with open(bogus, "w") as f:
+            f.write("not an ELF file")
+        self.assert_one_line(self.diagnose(bogus), "cannot load %s" % bogus)
+
+    def test_a_module_of_its_own_keeps_the_import_error(self) -> None:
+        other = os.path.join(self.bindings, "other")
+        os.makedirs(other)
+        with open(os.path.join(other, "__init__.py"), "w") as f:
+            f.write("import distautograd\n")
+        with open(os.path.join(other, "__main__.py"), "w") as f:
+            f.write("print('ran')\n")
+        p = self.diagnose(os.path.join(self.checkout, "nope.so"), "other")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("Traceback", p.stderr)
+        self.assertIn("ImportError: distautograd: DISTAUTOGRAD_LIBRARY=", p.stderr)
 
 
 class Prototypes(unittest.TestCase):

@@ -24,7 +24,7 @@ PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.execu
 TIMEOUT = 180
 
 sys.path.insert(0, os.path.join(ROOT, "python_bindings"))
-from distautograd._launch import SERVED_TORCH, SETTINGS  # noqa: E402
+from distautograd._launch import LAUNCHER_SETTINGS, NOTIFY_ENV, SERVED_LINE, SERVED_TORCH, SETTINGS  # noqa: E402
 from distautograd._process import impl_name  # noqa: E402
 
 
@@ -78,6 +78,13 @@ def torch_series() -> str:
     return next((s for s in SERVED_TORCH if v == s or v.startswith(s + ".")), v)
 
 
+def torch_version() -> str:
+    """This interpreter's torch.__version__."""
+    r = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    return r.stdout.strip()
+
+
 def torch_problem() -> str:
     series = torch_series()
     if not series:
@@ -92,7 +99,8 @@ def torch_problem() -> str:
 def env(backend: bool, **extra: str) -> dict:
     e = dict(os.environ)
     # The backend's settings too: each test sets those it is about.
-    for k in ("LD_PRELOAD", "DISTAUTOGRAD_LIBRARY", "DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH", *SETTINGS):
+    for k in ("LD_PRELOAD", "DISTAUTOGRAD_LIBRARY", "DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH", NOTIFY_ENV, *SETTINGS,
+              *LAUNCHER_SETTINGS):
         e.pop(k, None)
     e["PYTHONPATH"] = os.path.join(ROOT, "python_bindings")
     e["GLOG_minloglevel"] = "2"
@@ -357,12 +365,19 @@ class TestSettings(BackendTest):
                                          ("SIGSTOP", False), ("65", False), ("SIGFOO", False)],
     }
 
+    #: The launcher's own settings (distautograd._launch.LAUNCHER_SETTINGS),
+    #: which the backend does not read.
+    LAUNCHER_VALUES = {
+        "DISTAUTOGRAD_QUIET": [("0", True), ("1", True), ("yes", False), ("true", False), ("2", False)],
+    }
+
     def test_every_setting_has_values(self) -> None:
         self.assertEqual(sorted(self.VALUES), sorted(SETTINGS))
+        self.assertEqual(sorted(self.LAUNCHER_VALUES), sorted(LAUNCHER_SETTINGS))
 
     def test_launcher_refuses_before_the_job_starts(self) -> None:
         marker = os.path.join(self.tmp, "ran")
-        for name, values in self.VALUES.items():
+        for name, values in {**self.VALUES, **self.LAUNCHER_VALUES}.items():
             for value, ok in values:
                 with self.subTest(name=name, value=value):
                     r = subprocess.run([PYTHON, "-m", "distautograd.torch", PYTHON, "-c",
@@ -374,9 +389,22 @@ class TestSettings(BackendTest):
                         os.unlink(marker)
                     else:
                         self.assertEqual(r.returncode, 2, r.stderr)
+                        what = {**SETTINGS, **LAUNCHER_SETTINGS}[name][0]
                         self.assertEqual(r.stderr.strip().splitlines(),
-                                         ["distautograd-torch: %s=%s is not %s" % (name, value, SETTINGS[name][0])])
+                                         ["distautograd-torch: %s=%s is not %s" % (name, value, what)])
                         self.assertFalse(os.path.exists(marker), "the command ran")
+
+    def test_several_bad_values_one_line(self) -> None:
+        # build/distautograd-torch, as a user runs it: the first bad value
+        # refused, in one line, and nothing run.
+        marker = os.path.join(self.tmp, "ran")
+        r = subprocess.run([os.path.join(BUILD, "distautograd-torch"), PYTHON, "-c", "open(%r, 'w').close()" % marker],
+                           env=env(False, DISTAUTOGRAD_REAP_IDLE_MS="abc", DISTAUTOGRAD_MAX_CONTEXTS="-1"),
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
+        self.assertEqual(r.stderr.splitlines(), ["distautograd-torch: DISTAUTOGRAD_REAP_IDLE_MS=abc is not %s"
+                                                 % SETTINGS["DISTAUTOGRAD_REAP_IDLE_MS"][0]])
+        self.assertFalse(os.path.exists(marker), "the command ran")
 
     def test_backend_takes_the_same_values(self) -> None:
         # One process a round, each round the next value of every setting.
@@ -493,6 +521,78 @@ class TestLauncher(BackendTest):
         r = self.launch("no-such-command-here")
         self.assertEqual(r.returncode, 127)
         self.assertEqual(r.stderr, "distautograd-torch: no-such-command-here: command not found\n")
+
+
+def served_line_rx() -> str:
+    """SERVED_LINE as a regular expression: any served torch, any pid."""
+    rx = re.escape(SERVED_LINE % ("VERSION", 424242))
+    return "^%s$" % rx.replace("VERSION", "(%s)" % "|".join(map(re.escape, SERVED_TORCH))).replace("424242", "([0-9]+)")
+
+
+class TestServedLine(BackendTest):
+    """The launcher says once per job, on stderr, that the backend serves
+    it, when the first process of the job is served: a job of two served
+    processes prints it once; DISTAUTOGRAD_QUIET=1 silences it; a job that
+    is not served prints none. The watcher that prints it leaves no process
+    nor socket behind."""
+
+    def job(self, *cmd: str, **extra: str):
+        """Runs the launcher on cmd: (exit status, stdout, stderr's lines
+        from distautograd-torch). Its stderr ends when every process holding
+        it has ended, the watcher included."""
+        p = subprocess.Popen([os.path.join(BUILD, "distautograd-torch"), *cmd], env=env(False, **extra),
+                             cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = p.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise
+        # The watcher's socket, named after the launcher's pid (the command's), is gone.
+        with open("/proc/net/unix") as f:
+            self.assertNotIn("@distautograd-torch-%d-" % p.pid, f.read())
+        return p.returncode, out, [ln for ln in err.splitlines() if ln.startswith("distautograd-torch: ")]
+
+    def pair(self, **extra: str):
+        """The two-process job (spawn_job.py): its status, its workers'
+        pids, distautograd-torch's lines."""
+        rc, out, lines = self.job(PYTHON, os.path.join(HERE, "spawn_job.py"), **extra)
+        self.assertEqual(rc, 0, out + "\n".join(lines))
+        pids = [int(ln.split()[1]) for ln in out.splitlines() if ln.startswith("pid ")]
+        self.assertEqual(len(pids), 2, out)
+        self.assertIn("grad [2.0, 2.0]", out.splitlines())
+        return pids, lines
+
+    def test_once_per_job(self) -> None:
+        pids, lines = self.pair()
+        self.assertEqual(len(lines), 1, lines)
+        m = re.match(served_line_rx(), lines[0])
+        self.assertTrue(m, lines)
+        self.assertEqual(m.group(1), torch_series())
+        self.assertIn(int(m.group(2)), pids)
+        # docs/torch.md shows this line.
+        with open(os.path.join(ROOT, "docs", "torch.md"), encoding="utf-8") as f:
+            shown = [ln for ln in f.read().splitlines() if ln.startswith("distautograd-torch: torch ")]
+        self.assertEqual(len(shown), 1)
+        self.assertRegex(shown[0], served_line_rx(), "docs/torch.md shows the line the launcher prints")
+
+    def test_quiet(self) -> None:
+        _, lines = self.pair(DISTAUTOGRAD_QUIET="1")
+        self.assertEqual(lines, [])
+
+    def test_not_served(self) -> None:
+        # A torch the backend refuses: each process says so, and no one says it is served.
+        pids, lines = self.pair(DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH="soname")
+        self.assertEqual(len(lines), 2, lines)
+        for line in lines:
+            self.assertIn("(distautograd is NOT in use in this process)", line)
+        # A job that never makes a container call.
+        self.assertEqual(self.job(PYTHON, "-c", "import torch"), (0, "", []))
+
+    def test_notify_names_one_variable(self) -> None:
+        # The shim reads the variable the launcher sets (symbols.h).
+        with open(os.path.join(ROOT, "torch_backend", "symbols.h"), encoding="utf-8") as f:
+            m = re.search(r'^#define DAT_NOTIFY_ENV "([^"]*)"$', f.read(), re.M)
+        self.assertEqual(m and m.group(1), NOTIFY_ENV)
 
 
 #: What a command run under the launcher prints: whether the backend serves it.
@@ -644,7 +744,7 @@ class TestDiagnosis(BackendTest):
         self.assertEqual(self.backend_line(preload=False),
                          "torch backend: inactive: not preloaded in this process: " + run_as)
         self.assertEqual(self.backend_line(preload=True),
-                         "torch backend: active (torch %s, %s)" % (self.torch_version(), os.path.realpath(SHIM)))
+                         "torch backend: active (torch %s, %s)" % (torch_version(), os.path.realpath(SHIM)))
         # -S: no site packages, so no torch.
         line = self.backend_line("-S", preload=True)
         self.assertIn("inactive: preloaded (%s), but torch does not import in this Python" % os.path.realpath(SHIM),
@@ -660,11 +760,6 @@ class TestDiagnosis(BackendTest):
         line = self.backend_line(preload=True, DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH="layout")
         self.assertIn("inactive: preloaded, but the backend refused this torch", line)
 
-    def torch_version(self) -> str:
-        r = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True,
-                           timeout=TIMEOUT)
-        return r.stdout.strip()
-
 
 class TestExample(BackendTest):
     """examples/torch_train.py, the README's torch example, trains the same
@@ -673,18 +768,26 @@ class TestExample(BackendTest):
     def test_torch_train(self) -> None:
         script = os.path.join(ROOT, "examples", "torch_train.py")
         outs = {}
-        for cmd in ([PYTHON, script], [os.path.join(BUILD, "distautograd-torch"), PYTHON, script]):
-            e = env(False)
-            del e["PYTHONPATH"]  # as a user runs it: the script does not import distautograd
+        runs = {"native": ([PYTHON, script], {}),
+                "served": ([os.path.join(BUILD, "distautograd-torch"), PYTHON, script], {}),
+                # the core library preloaded instead of the backend: torch keeps its own container
+                "wrong preload": ([PYTHON, script], {"LD_PRELOAD": os.path.join(BUILD, "libdistautograd.so.0")})}
+        for name, (cmd, extra) in runs.items():
+            e = env(False, **extra)
+            del e["PYTHONPATH"]  # as a user runs it: the script finds the package in the checkout
             r = subprocess.run(cmd, env=e, cwd=self.tmp, capture_output=True, text=True, timeout=TIMEOUT)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            outs[len(cmd)] = r.stdout.splitlines()
-        native, served = outs[2], outs[3]
+            outs[name] = r.stdout.splitlines()
+        native, served = outs["native"], outs["served"]
         self.assertEqual(native[:-1], served[:-1])
+        self.assertEqual(outs["wrong preload"][:-1], native[:-1])
         self.assertTrue(native[-2].startswith("step 29  loss "), native)
-        self.assertEqual(native[-1], "distributed autograd served by distautograd: no (torch's own)")
-        self.assertEqual(served[-1], "distributed autograd served by distautograd: %s"
-                         % os.path.realpath(os.path.join(BUILD, "libdistautograd.so.0")))
+        not_served = ("distributed autograd served by distautograd: no (not preloaded in this process: run the "
+                      "script as `distautograd-torch %s script.py`)" % PYTHON)
+        self.assertEqual(native[-1], not_served)
+        self.assertEqual(outs["wrong preload"][-1], not_served)
+        self.assertEqual(served[-1], "distributed autograd served by distautograd: yes (torch %s, %s)"
+                         % (torch_version(), os.path.realpath(SHIM)))
         # The README shows this output: it is what the example prints.
         with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
             readme = f.read()
