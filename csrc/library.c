@@ -68,16 +68,17 @@ int dac_num_contexts(int64_t *out) {
 	return dacgo_num_contexts(out, dacc_err());
 }
 
-/* Message ids come to each thread in blocks of DACC_MESSAGE_ID_BLOCK that Go
+/* Message ids come to each thread in blocks of DAC_MESSAGE_ID_BLOCK that Go
 ** reserves from the one counter, so most calls never leave C. Ids stay unique
 ** and keep the layout; a thread's ids are consecutive, but ids of different
 ** threads interleave by block rather than one by one. Ids a thread reserved
 ** and did not use before it exited are never issued (ids are never reused).
-** Why 4096: a block costs one call into Go, and spread over 4096 ids that
-** call is a small fraction of an id (docs/performance.md, "Message ids").
+** Why a block that size: a block costs one call into Go, and spread over the
+** block that call is a small fraction of an id (docs/performance.md, "Message ids").
 ** A thread that takes one id and exits leaves the rest of its block
-** unused, 2^36 such threads per worker before the 2^48 ids run out. */
-#define DACC_MESSAGE_ID_BLOCK 4096
+** unused, 2^48 / DAC_MESSAGE_ID_BLOCK such threads per worker before the ids
+** run out. */
+#define DACC_MESSAGE_ID_BLOCK DAC_MESSAGE_ID_BLOCK /* the header's, from Go's MessageIDBlock */
 /* This thread's block, [next, end); one struct, so one offset to load. */
 static DACC_TLS struct {
 	int64_t next, end;
