@@ -3,8 +3,8 @@
 ** own status, and dac_last_status and dac_last_error say out of memory,
 ** whether C or Go refused the call: nobody writes the shared slot, so
 ** another such thread finds it as it was, and threads with a slot of their
-** own are not touched. This program's calloc interposes the library's and
-** fails the slot's allocation on the threads that ask. */
+** own are not touched. This program's calloc (nomem_calloc.h) interposes the
+** library's and fails the slot's allocation on the threads that ask. */
 #include "check.h"
 /* The deprecated dac_set_cleanup_options is still part of the ABI: this
 ** program calls it too. */
@@ -12,18 +12,7 @@
 
 #include <pthread.h>
 
-void *__libc_calloc(size_t n, size_t size);
-
-/* The error slot's size: a status and a 1024-byte message. */
-#define SLOT_SIZE (sizeof(int) + 1024)
-
-static __thread int fail_slot;
-
-void *calloc(size_t n, size_t size) {
-	if (fail_slot && n == 1 && size == SLOT_SIZE)
-		return NULL;
-	return __libc_calloc(n, size);
-}
+#include "nomem_calloc.h"
 
 static void report(const char *call, int rc) {
 	printf("  %s -> %s; last: %s, \"%s\"\n", call, dac_status_string(rc), dac_status_string(dac_last_status()),
