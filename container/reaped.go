@@ -20,14 +20,15 @@ import "fmt"
 // of each shard are kept: a thread whose current context was reaped long
 // ago, after that many others of its shard, gets the native answers.
 
-// reapedKept is how many reaped ids the container keeps in all, spread over
-// its shards; each keeps at least reapedMinPerShard.
+// ReapedIDsKept is how many reaped ids the container keeps in all, spread
+// over its shards; each keeps at least ReapedIDsMinPerShard (the header's
+// DAC_REAPED_IDS_KEPT and DAC_REAPED_IDS_MIN_PER_SHARD, cmd/dacgen).
 const (
-	reapedKept        = 1 << 16
-	reapedMinPerShard = 256
+	ReapedIDsKept        = 1 << 16
+	ReapedIDsMinPerShard = 256
 )
 
-func reapedPerShard(shardBits uint) int { return max(reapedMinPerShard, reapedKept>>shardBits) }
+func reapedPerShard(shardBits uint) int { return max(ReapedIDsMinPerShard, ReapedIDsKept>>shardBits) }
 
 // reapReason says what released a context: >= 0, the reaper, with its
 // max_idle_ms; < 0, the release of the contexts of worker -1-r.

@@ -123,6 +123,11 @@ extern "C" {
 /* how many autograd message ids a thread takes from the one counter at
 ** once (container.MessageIDBlock) */
 #define DAC_MESSAGE_ID_BLOCK 4096
+/* how many reaped ids the container remembers, spread over its shards
+** (dac_reap_idle_contexts) (container.ReapedIDsKept) */
+#define DAC_REAPED_IDS_KEPT 65536
+/* the fewest reaped ids a shard remembers (container.ReapedIDsMinPerShard) */
+#define DAC_REAPED_IDS_MIN_PER_SHARD 256
 /* dacgen:constants:end */
 
 /* Marks a declaration kept for the programs written against it: a call
@@ -336,8 +341,9 @@ int dac_release_contexts_of_worker(int32_t worker_id, int64_t *released);
 ** or more)". A release by any other means keeps the native stale id. A
 ** reaped id that a late message of its pass stores again is a context as
 ** any other while stored, and counts as reaped again once it is gone. The
-** container remembers the last 65536 reaped ids or so (each of its shards
-** its last 65536/shards, at least 256). */
+** container remembers the last DAC_REAPED_IDS_KEPT reaped ids or so (each of
+** its shards its last DAC_REAPED_IDS_KEPT/shards, at least
+** DAC_REAPED_IDS_MIN_PER_SHARD). */
 int dac_reap_idle_contexts(int64_t max_idle_ms, int64_t *released);
 
 /* ---- The calling thread's current context id ---------------------------- */

@@ -40,6 +40,10 @@ func sharedConsts() []sharedConst {
 			"the most max_pending may be: its queue is allocated up front"},
 		{"DAC_MESSAGE_ID_BLOCK", container.MessageIDBlock, "MessageIDBlock",
 			"how many autograd message ids a thread takes from the one counter at once"},
+		{"DAC_REAPED_IDS_KEPT", container.ReapedIDsKept, "ReapedIDsKept",
+			"how many reaped ids the container remembers, spread over its shards (dac_reap_idle_contexts)"},
+		{"DAC_REAPED_IDS_MIN_PER_SHARD", container.ReapedIDsMinPerShard, "ReapedIDsMinPerShard",
+			"the fewest reaped ids a shard remembers"},
 	}
 }
 
