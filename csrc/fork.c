@@ -21,7 +21,7 @@ volatile int dacc_forked;
 ** whole wait: the Python package therefore calls dac_fork_prepare from an
 ** os.register_at_fork hook, where ctypes releases the GIL, and the wait
 ** here then finds nothing in flight. */
-#define DACC_FORK_WAIT_MS 2000
+#define DACC_FORK_WAIT_MS DAC_FORK_WAIT_MS /* the header's */
 /* Holders of the gate through dac_fork_prepare: the host waited already,
 ** with its own bound, and the atfork handler does not wait again. */
 static int host_prepared;

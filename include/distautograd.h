@@ -45,8 +45,9 @@
 ** forks, the library holds back new calls into the cleanup sender and the
 ** log hook and waits for those in progress to return, so that a child
 ** never inherits a lock a sender held mid-call (a forked Python child could
-** hang in CPython's own after-fork code). The wait is bounded, 2 s from the
-** library's pthread_atfork handler: a call still running then (a sender
+** hang in CPython's own after-fork code). The wait is bounded,
+** DAC_FORK_WAIT_MS from the library's pthread_atfork handler (below, with
+** dac_fork_prepare): a call still running then (a sender
 ** blocked on the network, or waiting for a lock the forking thread holds)
 ** is left running and the fork goes on. A host whose forking thread holds a
 ** lock its callbacks take calls dac_fork_prepare itself first, without that
@@ -629,10 +630,14 @@ int dac_set_log_hook(dac_log_hook hook, void *user_data);
 ** (they are held back all the same). Call it right before fork(), on the
 ** forking thread, when that thread holds a lock the callbacks need; then
 ** dac_fork_parent in the parent after fork() returns (the child cannot use
-** the library). The library's own pthread_atfork handler waits up to 2 s
-** when no dac_fork_prepare is in effect, and not at all when one is (the
-** host chose its bound). Calls of both nest. */
+** the library). The library's own pthread_atfork handler waits up to
+** DAC_FORK_WAIT_MS when no dac_fork_prepare is in effect, and not at all
+** when one is (the host chose its bound). Calls of both nest. */
 int dac_fork_prepare(int64_t timeout_ms);
+
+/* How long the library's pthread_atfork handler waits, in milliseconds, for
+** calls into the host in progress to return (csrc/fork.c's, stated here). */
+#define DAC_FORK_WAIT_MS 2000
 
 /* Undoes one dac_fork_prepare (with none in effect, does nothing): calls
 ** into the host go on. Never fails (but with DAC_ERR_FORKED in a child). */

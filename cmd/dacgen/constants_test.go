@@ -30,6 +30,16 @@ func TestSharedConstantsHaveOneOwner(t *testing.T) {
 		}
 	}
 
+	// The atfork handler's wait is the header's macro (C owns it: no Go
+	// code waits there).
+	fork, err := os.ReadFile(filepath.Join(root, "csrc", "fork.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^#define DACC_FORK_WAIT_MS DAC_FORK_WAIT_MS\b`).Match(fork) {
+		t.Errorf("csrc/fork.c: DACC_FORK_WAIT_MS is not defined as the header's DAC_FORK_WAIT_MS")
+	}
+
 	// C's message-id block is the header's macro.
 	lib, err := os.ReadFile(filepath.Join(root, "csrc", "library.c"))
 	if err != nil {
@@ -51,6 +61,7 @@ func TestSharedConstantsHaveOneOwner(t *testing.T) {
 		"DAC_MESSAGE_ID_BLOCK":                   `blocks? of 4,?096|4,?096 ids|\b4,?096 from the one counter`,
 		"DAC_REAPED_IDS_KEPT":                    `\b65,?536\b[^.;]{0,25}reaped|reaped[^.;]{0,40}\b65,?536\b`,
 		"DAC_REAPED_IDS_MIN_PER_SHARD":           `at least 256\b`,
+		"DAC_FORK_WAIT_MS":                       `(fork|atfork)[^.;]{0,60}\b(up to|within|holds[^.;]{0,20}up) 2 ?s\b|\b2 ?s from the library's pthread_atfork`,
 	} {
 		// A space of the pattern is any run of white space (a line break).
 		restated[name] = regexp.MustCompile(strings.ReplaceAll(re, " ", `\s+`))
