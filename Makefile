@@ -32,8 +32,11 @@ GO_ENV := $(shell $(GO) env GOVERSION GOROOT)
 ifeq ($(words $(GO_ENV)),0)
 $(error $(GO) env GOVERSION GOROOT failed)
 endif
+# Said by the make a person ran, not again by each make it starts.
+ifeq ($(MAKELEVEL),0)
 ifneq ($(firstword $(GO_ENV)),$(GO_MOD_TOOLCHAIN))
 $(info make: building with $(firstword $(GO_ENV)) ($(lastword $(GO_ENV))), not go.mod's toolchain $(GO_MOD_TOOLCHAIN): GOTOOLCHAIN=$(GOTOOLCHAIN))
+endif
 endif
 endif
 PYTHON  ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)

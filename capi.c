@@ -1,9 +1,12 @@
-/* capi.c: the C side of the library, one translation unit. Its public dac_*
-** functions hold what Go cannot: the calling thread's current context id
+/* capi.c: the C side of the library, one translation unit. The public dac_*
+** functions it takes in from csrc/ (library.c, contexts.c, handles.c,
+** cleanup.c) hold what Go cannot: the calling thread's current context id
 ** and last error (C thread-local storage), and the fork guard. Everything
 ** else they pass to the dacgo_* functions of export.go, one Go call per
 ** operation; the functions that only read or write the current id, or
-** that the records Go publishes can serve, never enter Go at all.
+** that the records Go publishes can serve, never enter Go at all. This
+** file itself only sets the unit up and clears each room's state in a
+** forked child.
 **
 ** The rooms of one concern each are in csrc/ (csrc/dacc.h says how they
 ** share what they share); this file includes every one of them into one

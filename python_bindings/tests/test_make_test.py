@@ -52,6 +52,25 @@ class MakeTest(unittest.TestCase):
         self.assertEqual(r.stdout.splitlines()[0], "run-tests: missing: cmake (apt-get install -y cmake)")
         self.assertNotIn("suite go", r.stdout)
 
+    def test_lint_checks_are_the_makefiles(self) -> None:
+        # Run by hand (no LINT_CHECKS from make), the lint suite runs the
+        # Makefile's checks, every one, and asks for the C compiler lint-c uses.
+        loader = importlib.machinery.SourceFileLoader("run_tests_lint", RUN_TESTS)
+        spec = importlib.util.spec_from_loader("run_tests_lint", loader)
+        run_tests = importlib.util.module_from_spec(spec)
+        saved = os.environ.pop("LINT_CHECKS", None)
+        try:
+            loader.exec_module(run_tests)
+        finally:
+            if saved is not None:
+                os.environ["LINT_CHECKS"] = saved
+        with open(os.path.join(_support.ROOT, "Makefile")) as f:
+            m = re.search(r"^LINT_CHECKS := (.*)$", f.read(), re.M)
+        self.assertIsNotNone(m)
+        self.assertEqual(run_tests.LINT_CHECKS, m.group(1).split())
+        self.assertIn("lint-c", run_tests.LINT_CHECKS)
+        self.assertIn("gcc", run_tests.NEEDS["lint"])
+
     def test_summary_names_failed_tests(self) -> None:
         results = os.path.join(self.tmp, "results")
         fake_make = os.path.join(self.tmp, "make")
@@ -154,8 +173,8 @@ class MakeSaysWhichGo(unittest.TestCase):
     def make_n(self, **env: Optional[str]) -> subprocess.CompletedProcess:
         # make -n (nothing built) into a build folder of its own: make still
         # reads the Makefile, which is where it looks for its Go.
-        e = _support.child_env(CI=None, MAKEFLAGS=None, MFLAGS=None, MAKELEVEL=None, MAKEOVERRIDES=None, GO=None,
-                               **env)
+        e = _support.child_env(**{"CI": None, "MAKEFLAGS": None, "MFLAGS": None, "MAKELEVEL": None,
+                                  "MAKEOVERRIDES": None, "GO": None, **env})
         r = subprocess.run(["make", "--no-print-directory", "-n", "-C", _support.ROOT, "all",
                             "BUILD=" + os.path.join(self.tmp, "build")],
                            env=e, capture_output=True, text=True, timeout=300)
@@ -182,6 +201,10 @@ class MakeSaysWhichGo(unittest.TestCase):
                          "make: building with go1.99.0 (%s), not go.mod's toolchain %s: GOTOOLCHAIN=local"
                          % (goroot, go_mod_toolchain()))
         self.assertIn(os.path.join(bin_dir, "go") + " build ", r.stdout)
+        # A make that make started (make test's suites) says nothing again.
+        sub = self.make_n(GOTOOLCHAIN="local", PATH=bin_dir + os.pathsep + os.environ["PATH"], MAKELEVEL="1")
+        self.assertNotIn("make: building with", sub.stdout + sub.stderr)
+        self.assertIn(os.path.join(bin_dir, "go") + " build ", sub.stdout)
 
     def test_go_mod_toolchain(self) -> None:
         r = self.make_n(GOTOOLCHAIN=None)
