@@ -17,6 +17,7 @@ can install it beside ``_process`` as the ``distautograd-torch`` script.
 """
 from __future__ import annotations
 
+import difflib
 import glob
 import json
 import os
@@ -129,12 +130,20 @@ LAUNCHER_SETTINGS = {
 
 def check_settings(env: Dict[str, str]) -> None:
     """Refuses the first bad value of a setting in env, the backend's or
-    the launcher's (UsageError: its one line). An empty value is the
-    default, as unset."""
-    for name, (what, ok) in {**SETTINGS, **LAUNCHER_SETTINGS}.items():
+    the launcher's, and a DISTAUTOGRAD_* name that is a setting's name
+    misspelt, which the job would ignore (UsageError: its one line). An
+    empty value is the default, as unset. Other DISTAUTOGRAD_* names
+    (DISTAUTOGRAD_LIBRARY, a script's own) pass: they are not settings."""
+    settings = {**SETTINGS, **LAUNCHER_SETTINGS}
+    for name, (what, ok) in settings.items():
         value = env.get(name, "")
         if value and not ok(value):
             raise UsageError("%s=%s is not %s" % (name, value, what))
+    for name in sorted(env):
+        if name.startswith("DISTAUTOGRAD_") and name not in settings:
+            near = difflib.get_close_matches(name, settings, n=1, cutoff=0.8)
+            if near:
+                raise UsageError("%s is not a setting: %s?" % (name, near[0]))
 
 
 #: Names to the backend's shim the abstract socket (Linux's, no file) that

@@ -406,6 +406,26 @@ class TestSettings(BackendTest):
                                                  % SETTINGS["DISTAUTOGRAD_REAP_IDLE_MS"][0]])
         self.assertFalse(os.path.exists(marker), "the command ran")
 
+    def test_a_misspelt_setting_is_refused(self) -> None:
+        # A setting's name misspelt would be ignored by the job: refused in
+        # one line, nothing run; a DISTAUTOGRAD_* name of no setting's
+        # likeness (a script's own) runs.
+        marker = os.path.join(self.tmp, "ran")
+        launcher = [os.path.join(BUILD, "distautograd-torch"), PYTHON, "-c", "open(%r, 'w').close()" % marker]
+        for name, near in (("DISTAUTOGRAD_REAP_IDLE", "DISTAUTOGRAD_REAP_IDLE_MS"),
+                           ("DISTAUTOGRAD_MAX_CONTEXT", "DISTAUTOGRAD_MAX_CONTEXTS"),
+                           ("DISTAUTOGRAD_QUITE", "DISTAUTOGRAD_QUIET")):
+            with self.subTest(name=name):
+                r = subprocess.run(launcher, env=env(False, **{name: "100"}), capture_output=True, text=True,
+                                   timeout=TIMEOUT)
+                self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
+                self.assertEqual(r.stderr.splitlines(), ["distautograd-torch: %s is not a setting: %s?" % (name, near)])
+                self.assertFalse(os.path.exists(marker), "the command ran")
+        r = subprocess.run(launcher, env=env(False, DISTAUTOGRAD_MY_SCRIPTS_OWN="1", DISTAUTOGRAD_QUIET="1"),
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.exists(marker), "the command did not run")
+
     def test_backend_takes_the_same_values(self) -> None:
         # One process a round, each round the next value of every setting.
         rounds = max(len(v) for v in self.VALUES.values())
