@@ -347,6 +347,39 @@ def in_root(version, script, args, prog):
     return subprocess.run(argv).returncode
 
 
+def torch_here(wanted, script, args, prog):
+    """This Python's torch version ("1.13"). If wanted names another torch,
+    runs script with args in that torch's root and exits with its status;
+    without a torch here (and none wanted elsewhere), exits with a line."""
+    try:
+        import torch
+        version = ".".join(torch.__version__.split(".")[:2])
+    except ImportError:
+        version = None
+    if wanted and wanted != version:
+        sys.exit(in_root(wanted, script, args, prog))
+    if version is None:
+        sys.exit("%s: this Python (%s) has no torch" % (prog, sys.executable))
+    return version
+
+
+def update_report(path, change):
+    """Reads make bench's report at path (an object; {} if missing or not
+    one), has change(report) alter it in place, and writes it back."""
+    try:
+        with open(path) as f:
+            report = json.load(f)
+    except (OSError, ValueError):
+        report = {}
+    if not isinstance(report, dict):
+        report = {}
+    change(report)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+        f.write("\n")
+
+
 def run_pair(argvs, ops, rounds):
     """Starts a native and a backend side, runs the rounds, and returns each
     op's chunk figures and round ratios by its key."""
@@ -414,20 +447,12 @@ def main():
     # torch rows replace any earlier ones; docs/benchmarks.md and the README's
     # headline are rendered from it (go run ./bench -from build/bench.json
     # -tables docs/benchmarks.md -headline README.md).
+    def replace_rows(report):
+        report["rows"] = [r for r in report.get("rows", [])
+                          if r.get("level") != "torch" or r.get("torch", HOST_TORCH) != version] + rows
+
     path = os.path.join(BUILD, "bench.json")
-    try:
-        with open(path) as f:
-            report = json.load(f)
-    except (OSError, ValueError):
-        report = {}
-    if not isinstance(report, dict):
-        report = {}
-    report["rows"] = [r for r in report.get("rows", [])
-                      if r.get("level") != "torch" or r.get("torch", HOST_TORCH) != version] + rows
-    os.makedirs(BUILD, exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(report, f, indent=1)
-        f.write("\n")
+    update_report(path, replace_rows)
     print("wrote %s" % path)
 
 

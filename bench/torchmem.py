@@ -55,7 +55,6 @@ import os
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -364,11 +363,7 @@ def main():
         sys.exit("torchmem: counts are >= 1 (--warmup >= 0)")
     if args.chunk % args.every or args.warmup % args.chunk or args.passes % args.chunk:
         sys.exit("torchmem: --chunk must be a multiple of --every, --warmup and --passes of --chunk")
-    version = ".".join(torch.__version__.split(".")[:2]) if torch is not None else None
-    if args.torch and args.torch != version:
-        sys.exit(torchbench.in_root(args.torch, os.path.abspath(__file__), sys.argv[1:], "torchmem"))
-    if version is None:
-        sys.exit("torchmem: this Python (%s) has no torch" % sys.executable)
+    version = torchbench.torch_here(args.torch, os.path.abspath(__file__), sys.argv[1:], "torchmem")
     for setting in args.env:
         name, eq, value = setting.partition("=")
         if not name or not eq:

@@ -29,7 +29,6 @@ usage: python3 bench/torchthreads.py [--torch 1.13|2.6] [--pairs N] [--rounds R]
 """
 import argparse
 import collections
-import json
 import os
 import re
 import statistics
@@ -173,7 +172,6 @@ def report(res, version):
     total = {s: [0.0] * len(FIELDS) for s in res}
     for c in sorted(set(nat["classes"]) | set(dac["classes"]), key=lambda c: (c == GO, c)):
         row = {"threads": c}
-        cells = []
         for s in ("native", "backend"):
             got = res[s]["classes"].get(c)
             figs = [med(v) for v in got] if got else [0.0] * len(FIELDS)
@@ -194,16 +192,10 @@ def report(res, version):
 def save(result, path):
     """Puts result into the report at path (make bench's build/bench.json,
     an object): its "torch_threads" list keeps one entry per torch."""
-    try:
-        with open(path) as f:
-            rep = json.load(f)
-    except (OSError, ValueError):
-        rep = {}
-    if not isinstance(rep, dict):
-        rep = {}
-    rep["torch_threads"] = [e for e in rep.get("torch_threads") or [] if e.get("torch") != result["torch"]] + [result]
-    with open(path, "w") as f:
-        json.dump(rep, f, indent=1)
+    def replace_entry(rep):
+        rep["torch_threads"] = [e for e in rep.get("torch_threads") or [] if e.get("torch") != result["torch"]] + [result]
+
+    torchbench.update_report(path, replace_entry)
 
 
 def main():
@@ -216,15 +208,7 @@ def main():
     args = ap.parse_args()
     if min(args.pairs, args.rounds, args.steps) < 1:
         sys.exit("torchthreads: counts are >= 1")
-    try:
-        import torch
-        version = ".".join(torch.__version__.split(".")[:2])
-    except ImportError:
-        version = None
-    if args.torch and args.torch != version:
-        sys.exit(torchbench.in_root(args.torch, os.path.abspath(__file__), sys.argv[1:], "torchthreads"))
-    if version is None:
-        sys.exit("torchthreads: this Python (%s) has no torch" % sys.executable)
+    version = torchbench.torch_here(args.torch, os.path.abspath(__file__), sys.argv[1:], "torchthreads")
     result = report(run(args.pairs, args.rounds, args.steps), version)
     result.update(pairs=args.pairs, rounds=args.rounds, steps=args.steps)
     save(result, args.json)

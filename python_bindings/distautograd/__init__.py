@@ -43,7 +43,7 @@ def _run_as_module() -> bool:
         return False
     argv = list(getattr(_sys, "orig_argv", []))
     for i, arg in enumerate(argv[1:], 1):
-        if arg == "-m" or arg.startswith("-m"):
+        if arg.startswith("-m"):
             name = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
             return name == __name__ or name.startswith(__name__ + ".")
     return False
