@@ -517,12 +517,12 @@ func TestPrintTorchThreads(t *testing.T) {
 	}
 }
 
-// The README's headline says how many lines of Go's runtime the measured
-// library changed, never the changes' names (docs/go-runtime.md has those).
+// The README's headline says how many changes to Go's runtime the measured
+// library made, never the changes' names (docs/go-runtime.md has those).
 func TestHeadlineGoNamesNoChange(t *testing.T) {
 	for _, tc := range []struct{ machine, want string }{
-		{"go1.27.3 (runtime changes: take-a-p-from-c)", "go1.27.3, one line of its runtime changed ([docs/go-runtime.md](docs/go-runtime.md))"},
-		{"go1.27.3 (runtime changes: a-b, d)", "go1.27.3, 2 lines of its runtime changed ([docs/go-runtime.md](docs/go-runtime.md))"},
+		{"go1.27.3 (runtime changes: take-a-p-from-c)", "go1.27.3, one change to its runtime ([docs/go-runtime.md](docs/go-runtime.md))"},
+		{"go1.27.3 (runtime changes: a-b, d)", "go1.27.3, 2 changes to its runtime ([docs/go-runtime.md](docs/go-runtime.md))"},
 		{"go1.27.3 (runtime as Go ships it)", "go1.27.3, its runtime as shipped"},
 		{"go1.26", "go1.26"},
 	} {

@@ -130,7 +130,7 @@ func goRuntimeChanges(root string) string {
 }
 
 // headlineGo is the machine line's Go as the README says it: the version,
-// and how many lines of its runtime the library's builds changed, with a
+// and how many changes to its runtime the library's builds made, with a
 // link to the page that names them (the README names none).
 func headlineGo(goLine string) string {
 	if version, ok := strings.CutSuffix(goLine, runtimeAsShipped); ok {
@@ -140,11 +140,11 @@ func headlineGo(goLine string) string {
 	if !ok {
 		return goLine
 	}
-	lines := "one line"
+	changes := "one change"
 	if n := len(strings.Split(strings.TrimSuffix(names, ")"), ", ")); n > 1 {
-		lines = fmt.Sprintf("%d lines", n)
+		changes = fmt.Sprintf("%d changes", n)
 	}
-	return version + ", " + lines + " of its runtime changed ([docs/go-runtime.md](docs/go-runtime.md))"
+	return version + ", " + changes + " to its runtime ([docs/go-runtime.md](docs/go-runtime.md))"
 }
 
 func (m MachineInfo) String() string {

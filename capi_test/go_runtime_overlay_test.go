@@ -22,13 +22,19 @@ import (
 // they are written), read off the builds' machine code, and its STATUS.
 
 // overlayChange is one of them: its name in STATUS, its file in
-// GOROOT/src/runtime, the line it replaces there and the line that
-// replaces it.
-type overlayChange struct{ name, file, line, new string }
+// GOROOT/src/runtime, and the lines it replaces there, each with the line
+// that replaces it.
+type overlayChange struct {
+	name, file string
+	lines      []lineChange
+}
+
+// lineChange is a line of a runtime file and the line that replaces it.
+type lineChange struct{ old, new string }
 
 // readOverlayChanges parses a changes file as scripts/go-runtime-overlay
-// does: "change NAME FILE", then "-" and the line, then "+" and its
-// replacement.
+// does: "change NAME FILE", then for each of its lines "-" and the line,
+// then "+" and its replacement.
 func readOverlayChanges(t *testing.T, path string) []overlayChange {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -48,13 +54,13 @@ func readOverlayChanges(t *testing.T, path string) []overlayChange {
 		case strings.HasPrefix(l, "-"), strings.HasPrefix(l, "+"):
 			require.NotEmpty(t, changes, "%s: %q before any change line", path, l)
 			c := &changes[len(changes)-1]
+			n := len(c.lines)
 			if l[0] == '-' {
-				require.Empty(t, c.line, "%s: %s has two lines to replace", path, c.name)
-				c.line = l[1:]
+				require.True(t, n == 0 || c.lines[n-1].new != "", "%s: %s has two lines to replace in a row", path, c.name)
+				c.lines = append(c.lines, lineChange{old: l[1:]})
 			} else {
-				require.NotEmpty(t, c.line, "%s: %s's new line comes before its old one", path, c.name)
-				require.Empty(t, c.new, "%s: %s has two new lines", path, c.name)
-				c.new = l[1:]
+				require.True(t, n > 0 && c.lines[n-1].new == "", "%s: %s's new line comes before its old one", path, c.name)
+				c.lines[n-1].new = l[1:]
 			}
 		case l == "" || strings.HasPrefix(l, "#"):
 		default:
@@ -62,7 +68,10 @@ func readOverlayChanges(t *testing.T, path string) []overlayChange {
 		}
 	}
 	for _, c := range changes {
-		require.True(t, c.line != "" && c.new != "", "%s: %s lacks its line or its new line", path, c.name)
+		require.NotEmpty(t, c.lines, "%s: %s has no line", path, c.name)
+		for _, l := range c.lines {
+			require.True(t, l.old != "" && l.new != "", "%s: %s lacks a line or its new line", path, c.name)
+		}
 	}
 	return changes
 }
@@ -98,10 +107,12 @@ func TestOverlayChangesDocumented(t *testing.T) {
 	for _, c := range overlayChanges(t) {
 		names = append(names, c.name)
 		assert.Contains(t, string(doc), c.name, "docs/go-runtime.md says nothing of %s", c.name)
-		assert.Contains(t, c.new, "distautograd: scripts/go-runtime-overlay", "%s's new line is not marked", c.name)
-		code, _, _ := strings.Cut(c.new, " // ")
-		for _, l := range []string{c.line, code} {
-			assert.Contains(t, string(doc), "    "+l+"\n", "docs/go-runtime.md does not quote %s's line as scripts/go-runtime-changes has it: %q", c.name, l)
+		for _, lc := range c.lines {
+			assert.Contains(t, lc.new, "distautograd: scripts/go-runtime-overlay", "%s's new line is not marked", c.name)
+			code, _, _ := strings.Cut(lc.new, " // ")
+			for _, l := range []string{lc.old, code} {
+				assert.Contains(t, string(doc), "    "+l+"\n", "docs/go-runtime.md does not quote %s's line as scripts/go-runtime-changes has it: %q", c.name, l)
+			}
 		}
 	}
 	var status []string
@@ -170,7 +181,11 @@ func requireOverlay(t *testing.T, change overlayChange) (string, bool) {
 		require.NoError(t, err)
 		src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(goroot)), "src", "runtime", change.file))
 		require.NoError(t, err)
-		assert.NotEqual(t, 1, strings.Count(string(src), "\n"+change.line+"\n"), "this Go's runtime has the line that %s replaces, and the overlay did not apply it", change.name)
+		missed := false
+		for _, l := range change.lines {
+			missed = missed || strings.Count(string(src), "\n"+l.old+"\n") != 1
+		}
+		assert.True(t, missed, "this Go's runtime has each line that %s replaces, and the overlay did not apply it", change.name)
 	}
 	return goTool, false
 }
@@ -263,8 +278,8 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 	// does, and the file ends without a newline: each taken as it is.
 	synthetic := readOverlayChanges(t, ours)
 	require.Len(t, synthetic, 3)
-	require.Equal(t, "\tprint(\"third\\n\")", synthetic[2].line)
-	first, second, third := synthetic[0].line, synthetic[1].line, synthetic[2].line
+	require.Equal(t, "\tprint(\"third\\n\")", synthetic[2].lines[0].old)
+	first, second, third := synthetic[0].lines[0].old, synthetic[1].lines[0].old, synthetic[2].lines[0].old
 	asTested := map[string]string{
 		"a.go": "package runtime\n" + second + "\n" + first + "\n",
 		"b.go": "package runtime\n" + third + "\n"}
@@ -272,7 +287,9 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 	realFiles := map[string]string{}
 	var realNames []string
 	for _, c := range libChanges {
-		realFiles[c.file] += c.line + "\n"
+		for _, l := range c.lines {
+			realFiles[c.file] += l.old + "\n"
+		}
 		realNames = append(realNames, c.name)
 	}
 	all := []string{"first", "second", "third"}
@@ -410,11 +427,15 @@ func TestOverlayScriptOnOtherGos(t *testing.T) {
 					switch {
 					case change.file != name:
 					case slices.Contains(tc.applied, change.name):
-						assert.NotContains(t, string(now), change.line+"\n", "%s replaced", change.name)
-						assert.Contains(t, string(now), change.new+"\n", "%s's new line", change.name)
+						for _, l := range change.lines {
+							assert.NotContains(t, string(now), l.old+"\n", "%s replaced", change.name)
+							assert.Contains(t, string(now), l.new+"\n", "%s's new line", change.name)
+						}
 					default:
-						assert.Equal(t, strings.Count(string(was), change.line+"\n"), strings.Count(string(now), change.line+"\n"),
-							"%s not applied: its line kept", change.name)
+						for _, l := range change.lines {
+							assert.Equal(t, strings.Count(string(was), l.old+"\n"), strings.Count(string(now), l.old+"\n"),
+								"%s not applied: its lines kept", change.name)
+						}
 					}
 				}
 			}
@@ -487,4 +508,55 @@ func standInGo(t *testing.T, goroot string) string {
 	goTool := filepath.Join(t.TempDir(), "go")
 	require.NoError(t, os.WriteFile(goTool, []byte("#!/bin/sh\ncase \"$2\" in GOROOT) echo '"+goroot+"';; GOVERSION) echo go1.99.0;; esac\n"), 0o755))
 	return goTool
+}
+
+// A change of several lines applies whole or not at all: where one of its
+// lines is missing, none of the others is replaced either (a change's
+// lines only make sense together), and STATUS and stderr say so.
+func TestOverlayScriptAppliesAChangeWhole(t *testing.T) {
+	t.Parallel()
+	script := filepath.Join(repoRoot(t), "scripts", "go-runtime-overlay")
+	changes := filepath.Join(t.TempDir(), "changes")
+	require.NoError(t, os.WriteFile(changes, []byte("change pair a.go\n"+
+		"-\tx := 1\n+\tx := 2 // (distautograd: scripts/go-runtime-overlay)\n"+
+		"-\ty := 1\n+\ty := 2 // (distautograd: scripts/go-runtime-overlay)\n"+
+		"change other a.go\n-\tz := 1\n+\tz := 2 // (distautograd: scripts/go-runtime-overlay)\n"), 0o644))
+	read := readOverlayChanges(t, changes)
+	require.Len(t, read, 2)
+	require.Equal(t, []lineChange{
+		{"\tx := 1", "\tx := 2 // (distautograd: scripts/go-runtime-overlay)"},
+		{"\ty := 1", "\ty := 2 // (distautograd: scripts/go-runtime-overlay)"}}, read[0].lines)
+	for _, tc := range []struct {
+		name, text, want, status string
+	}{
+		{"both lines", "package runtime\n\tx := 1\n\tz := 1\n\ty := 1\n",
+			"package runtime\n\tx := 2 // (distautograd: scripts/go-runtime-overlay)\n\tz := 2 // (distautograd: scripts/go-runtime-overlay)\n\ty := 2 // (distautograd: scripts/go-runtime-overlay)\n",
+			"pair: applied\nother: applied\n"},
+		{"one line missing", "package runtime\n\tx := 1\n\tz := 1\n",
+			"package runtime\n\tx := 1\n\tz := 2 // (distautograd: scripts/go-runtime-overlay)\n",
+			"pair: not applied: GOROOT/src/runtime/a.go has its line 0 times, not once\nother: applied\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			goroot, out := t.TempDir(), t.TempDir()
+			src := filepath.Join(goroot, "src", "runtime", "a.go")
+			require.NoError(t, os.MkdirAll(filepath.Dir(src), 0o755))
+			require.NoError(t, os.WriteFile(src, []byte(tc.text), 0o644))
+			list := filepath.Join(t.TempDir(), "tested")
+			require.NoError(t, os.WriteFile(list, []byte(fmt.Sprintf("go1.99.0 a.go %x\n", sha256.Sum256([]byte(tc.text)))), 0o644))
+			cmd := exec.Command(script, standInGo(t, goroot), out)
+			cmd.Env = append(os.Environ(), "GO_RUNTIME_TESTED="+list, "GO_RUNTIME_OVERLAY=1", "GO_RUNTIME_CHANGES="+changes)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			require.NoError(t, cmd.Run(), "%s", stderr.String())
+			status := strings.ReplaceAll(readFile(t, filepath.Join(out, "STATUS")), goroot, "GOROOT")
+			assert.Equal(t, tc.status, status)
+			if strings.Contains(tc.status, "not applied") {
+				assert.Equal(t, "go-runtime-overlay: pair not applied: "+src+" has its line 0 times, not once\n", stderr.String())
+			} else {
+				assert.Empty(t, stderr.String())
+			}
+			assert.Equal(t, tc.want, readFile(t, filepath.Join(out, "a.go.overlay")))
+			assert.NoFileExists(t, filepath.Join(out, "lines.tmp"))
+		})
+	}
 }
