@@ -470,7 +470,10 @@ func TestOverlayTestedListHasThisGo(t *testing.T) {
 
 // A changes file the script cannot read as changes is refused, with its
 // file and line, before anything is written: a change that lacks a line,
-// a file's changes split by another's, a line that is none of the three.
+// a file's changes split by another's, a line that is none of the three,
+// a line before any change, two changes of one name, and a change whose
+// lines would replace one another (its lines are found in the file as it
+// was, so applied in turn they would not all be what was checked).
 func TestOverlayScriptRefusesABadChangesFile(t *testing.T) {
 	t.Parallel()
 	script := filepath.Join(repoRoot(t), "scripts", "go-runtime-overlay")
@@ -481,6 +484,10 @@ func TestOverlayScriptRefusesABadChangesFile(t *testing.T) {
 		{"no new line", "change a a.go\n-x\n", ":2: a lacks its + line"},
 		{"a file's changes apart", "change a a.go\n-x\n+y\nchange b b.go\n-x\n+y\nchange c a.go\n-z\n+w\n", ":7: a.go's changes are not together"},
 		{"a stray line", "change a a.go\n-x\nx\n", ":3: not the + line that comes next: x"},
+		{"a line before any change", "-x\n+y\nchange a a.go\n-x\n+y\n", ":1: a line before any change line: -x"},
+		{"a name twice", "change a a.go\n-x\n+y\nchange a b.go\n-z\n+w\n", ": two changes named a"},
+		{"a line replaced twice", "change a a.go\n-x\n+y\n-x\n+z\n", ": a replaces a line twice, or a line another of its lines puts in"},
+		{"a line another puts in", "change a a.go\n-x\n+y\n-y\n+z\n", ": a replaces a line twice, or a line another of its lines puts in"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			changes := filepath.Join(t.TempDir(), "changes")
