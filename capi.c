@@ -15,9 +15,6 @@
 ** because cgo compiles only the .c files of the package's own folder. Each
 ** room also compiles alone (make lint-c). The build hashes csrc/ through
 ** build_inputs.go. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* pthread_setname_np (csrc/clock.c), before any system header */
-#endif
 #include <pthread.h>
 
 #include "csrc/error.c"

@@ -28,8 +28,8 @@
 #define DACC_GEN_SHIFT 32
 /* an id's worker: the bits from DACC_ID_WORKER_SHIFT up, which the index's bucket hash folds in (container.AutoIncrementBits, bucketOf) */
 #define DACC_ID_WORKER_SHIFT 48
-/* the coarse clock's word while its driver sleeps (container.ClockAsleep) */
-#define DACC_CLOCK_ASLEEP (-1)
+/* the coarse clock's bound on how far readers' times lie apart, in ms (container.ClockResolutionMs) */
+#define DACC_CLOCK_RESOLUTION_MS 10
 
 /* One context (container.Record); the state word's protocol is docs/state-word.md's. */
 typedef struct dacc_record {

@@ -8,18 +8,16 @@ package main
 import "C"
 
 import (
-	"sync/atomic"
-	"time"
-	"unsafe"
+	"math"
 
 	"distautograd/container"
 )
 
 // What the process-wide container calls in C, set once at load: the coarse
-// clock's driver, the host's drop functions, and the references C threads
+// clock's origin, the host's drop functions, and the references C threads
 // hold uncounted.
 func init() {
-	container.SetClockDriver(clockDriver)
+	C.dacc_clock_start(C.int64_t(clockOrigin()))
 	// Drop functions are C function pointers; Go calls them through the
 	// trampoline, which holds fork() back as the other calls into the host do.
 	proc.SetHostDrop(func(drop uintptr, value uint64) {
@@ -28,16 +26,24 @@ func init() {
 	proc.SetUncountedRefs(uncountedRefs{})
 }
 
-// The coarse clock is advanced by a C thread (csrc/clock.c), not a goroutine: Go
-// then has nothing to run between the host's calls, and its scheduler stays
-// asleep instead of waking a hundred times a second beside them. The
-// thread itself sleeps when nobody needs the time; a reader that finds it
-// asleep wakes it.
-func clockDriver(word *atomic.Int64, start int64, tick time.Duration) func() int64 {
-	if C.dacc_clock_start((*C.int64_t)(unsafe.Pointer(word)), C.int64_t(start), C.int64_t(tick/time.Millisecond)) != 0 {
-		return nil
+// clockOrigin returns where Go's coarse clock reads 0, in CLOCK_MONOTONIC's
+// nanoseconds as C reads them: C's lookups date their uses by the coarse
+// clock they read themselves (csrc/clock.c). Go's elapsed time read between
+// two reads of C's clock puts the origin within their gap; the later bound
+// is taken, so that C's times are never ahead of Go's, and the narrowest of
+// a few gaps, so that a stall between two reads (a loaded machine at load)
+// does not lag C's clock for good.
+func clockOrigin() int64 {
+	gap, origin := int64(math.MaxInt64), int64(0)
+	for range 8 {
+		before := int64(C.dacc_monotonic_ns())
+		elapsed := container.ClockElapsed().Nanoseconds()
+		after := int64(C.dacc_monotonic_ns())
+		if after-before < gap {
+			gap, origin = after-before, after-elapsed
+		}
 	}
-	return func() int64 { return int64(C.dacc_clock_wake()) }
+	return origin
 }
 
 // The references C threads hold uncounted (csrc/uncounted.c): a release

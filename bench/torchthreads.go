@@ -52,7 +52,7 @@ func printTorchThreads(w io.Writer, entries []json.RawMessage) {
 		if nat > 0 {
 			fmt.Fprintf(w, "Median step: torch as built %.2f ms, under the backend %.2f ms (%.2f). ", nat/1e6, dac/1e6, dac/nat)
 		}
-		fmt.Fprintln(w, "Per step, summed over the job's three processes, torch as built / under the backend; medians over chunks. \"go runtime\": the threads Go's runtime started in the library; \"dac-clock\": the library's clock thread.")
+		fmt.Fprintln(w, "Per step, summed over the job's three processes, torch as built / under the backend; medians over chunks. \"go runtime\": the threads Go's runtime started in the library, which starts none of its own.")
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "| threads | count | CPU us | waiting for a CPU us | voluntary switches | involuntary switches |")
 		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")

@@ -37,7 +37,7 @@ type Container struct {
 	mask       int64
 	recs       recordTable
 	view       *View
-	clock      coarseClock // what uses are dated by: the process's, unless WithClock
+	clock      coarseClock // what uses are dated by: the process's (the zero one), unless WithClock
 	maps       *mappings
 	maxLive    atomic.Int64 // cap on live contexts; 0: none
 	refused    atomic.Int64 // contexts refused by the cap
@@ -124,10 +124,7 @@ func (c *Container) initStorage() error {
 	}
 	c.view.ShardMask = uint64(n - 1)
 	c.view.ShardBits = uint64(bits.TrailingZeros(uint(n)))
-	if c.clock.word == nil {
-		c.clock = processClock()
-	}
-	c.view.Clock = uintptr(unsafe.Pointer(c.clock.word))
+	c.view.Clock = uintptr(unsafe.Pointer(c.clock.word)) // 0: the process's clock, which C reads itself
 	c.shards = make([]indexShard, n)
 	c.shardBits = uint(bits.TrailingZeros(uint(n)))
 	c.mask = int64(n - 1)

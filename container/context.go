@@ -48,9 +48,11 @@ func (c *Context) touch() {
 	}
 }
 
-// touch records a use of r for the reaper.
+// touch records a use of r for the reaper. Only a later time is stored:
+// C's lookups read a coarser clock, which may lag Go's by up to its
+// resolution (csrc/clock.c).
 func (c *Container) touch(r *Record) {
-	if now := c.clock.now(); r.LastUsed.Load() != now {
+	if now := c.clock.now(); now > r.LastUsed.Load() {
 		r.LastUsed.Store(now)
 	}
 }

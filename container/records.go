@@ -137,7 +137,7 @@ type View struct {
 	Records   uintptr // address of record 0: slab 0, where most handles' records are
 	ShardMask uint64  // shards - 1
 	ShardBits uint64  // log2(shards)
-	Clock     uintptr // address of the coarse clock (an int64 of milliseconds)
+	Clock     uintptr // address of a ManualClock's word (an int64 of milliseconds); 0: the process's coarse clock
 	Buckets   [MaxShards]atomic.Uintptr
 	// Slabs[k] is the address of record k<<SlabBits, 0 until that slab is
 	// made (a handle's index with none is no live handle's). Written once

@@ -158,12 +158,12 @@ func (c *Container) ReleaseContextsOfWorker(originWorker uint16) int {
 }
 
 // ReapIdleContexts releases every context not used (created, retrieved,
-// changed) for at least idleMs milliseconds, with a resolution of clockTick,
+// changed) for at least idleMs milliseconds, with a resolution of clockResolution,
 // and returns how many it released.
 func (c *Container) ReapIdleContexts(idleMs int64) (int, error) {
 	if idleMs < 0 {
 		return 0, Errorf(ErrInvalidArgument, "max_idle_ms must be >= 0, got %d", idleMs)
 	}
 	now := c.clock.now()
-	return c.releaseWhere(reapReason(idleMs), noWorker, func(r *Record) bool { return now-r.LastUsed.Load() >= idleMs }), nil
+	return c.releaseWhere(reapReason(idleMs), noWorker, func(r *Record) bool { return max(now-r.LastUsed.Load(), 0) >= idleMs }), nil
 }

@@ -1,6 +1,5 @@
-/* csrc/clock.h: the coarse clock behind the reaper (csrc/clock.c). Go
-** starts it (export_hooks.go: clockDriver); readers that find its word
-** asleep wake it. */
+/* csrc/clock.h: the coarse clock behind the reaper, as C reads it
+** (csrc/clock.c). Go sets its origin at load (export_hooks.go). */
 #ifndef DISTAUTOGRAD_CSRC_CLOCK_H
 #define DISTAUTOGRAD_CSRC_CLOCK_H
 
@@ -8,14 +7,18 @@
 
 #include "dacc.h"
 
-/* Starts the thread that advances *word every tick_ms from start; 0 if it
-** started. A reader that finds the word DACC_CLOCK_ASLEEP (capi_layout.h)
-** calls dacc_clock_wake, which returns the current time and has the thread
-** tick again. Times are never negative. */
-DACC_HIDDEN int dacc_clock_start(int64_t *word, int64_t start, int64_t tick_ms);
-DACC_HIDDEN int64_t dacc_clock_wake(void);
+/* Sets the clock's origin, in CLOCK_MONOTONIC's nanoseconds (where Go's
+** coarse clock reads 0), and picks the clock to read. Called once, before
+** any container exists. */
+DACC_HIDDEN void dacc_clock_start(int64_t origin_ns);
 
-/* CLOCK_MONOTONIC in milliseconds. */
+/* The process's coarse clock in milliseconds (never negative): within
+** DACC_CLOCK_RESOLUTION_MS (capi_layout.h) of Go's for the same moment,
+** and never ahead of it. */
+DACC_HIDDEN int64_t dacc_clock_now(void);
+
+/* CLOCK_MONOTONIC in nanoseconds, and in milliseconds. */
+DACC_HIDDEN int64_t dacc_monotonic_ns(void);
 DACC_HIDDEN int64_t dacc_monotonic_ms(void);
 
 #endif

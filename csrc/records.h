@@ -135,19 +135,19 @@ static inline __attribute__((always_inline)) dacc_record *dacc_lookup(const dacc
 	return NULL;
 }
 
-/* The coarse clock's time, from the view's word; a clock asleep is woken,
-** so the time is always current. */
+/* The container's coarse clock now: the process's, read on demand, or
+** the word of the clock a test moves (container.WithClock). */
 static inline int64_t dacc_now(const dacc_view *v) {
-	int64_t now = __atomic_load_n((int64_t *)v->clock, __ATOMIC_RELAXED);
-	if (__builtin_expect(now == DACC_CLOCK_ASLEEP, 0))
-		now = dacc_clock_wake();
-	return now;
+	if (__builtin_expect(v->clock == 0, 1))
+		return dacc_clock_now();
+	return __atomic_load_n((int64_t *)v->clock, __ATOMIC_RELAXED);
 }
 
-/* Records a use for the reaper (a store only when the clock moved on). */
+/* Records a use for the reaper: a store only when the clock moved on past
+** the last use's time (which Go may have dated by its finer clock). */
 static inline void dacc_touch(const dacc_view *v, dacc_record *r) {
 	int64_t now = dacc_now(v);
-	if (__atomic_load_n(&r->last_used, __ATOMIC_RELAXED) != now)
+	if (now > __atomic_load_n(&r->last_used, __ATOMIC_RELAXED))
 		__atomic_store_n(&r->last_used, now, __ATOMIC_RELAXED);
 }
 

@@ -14,9 +14,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// container's coarse clock runs one goroutine for the process, by
-	// design; every worker's FanoutQueue must be gone when Run returns.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("distautograd/container.startClock.func1"))
+	// Every worker's FanoutQueue must be gone when Run returns.
+	goleak.VerifyTestMain(m)
 }
 
 // run runs cfg and fails the test if a property failed; it prints the

@@ -658,8 +658,8 @@ void start_reaper() {
     const auto period = std::chrono::milliseconds(std::max<long long>(20, ms / 4));
     while (!exiting.load(std::memory_order_relaxed)) {
       std::this_thread::sleep_for(period);
-      // Two ticks of the coarse clock early: a context turning idle between
-      // the two calls has its workers given too.
+      // Twice the coarse clock's resolution early: a context turning idle
+      // between the two calls has its workers given too.
       give_torch_workers([ms](int, int64_t idle) { return idle >= ms - 20; });
       dac_reap_idle_contexts(ms, nullptr);
     }

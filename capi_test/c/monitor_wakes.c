@@ -1,15 +1,21 @@
-/* monitor_wakes: how often Go's own threads wake while one C thread calls
-** into Go after pauses, as a host's RPC threads do. Each of N rounds
-** sleeps PAUSE_MS, then creates and releases a context (two calls into
-** Go). It prints the voluntary context switches of the threads Go's
-** runtime started in the process over the rounds (every thread but the
-** main one, which calls, and the library's dac-clock): with Go's runtime
-** as shipped, each call after a pause wakes Go's monitor (sysmon) from
-** its deep sleep, and the monitor then takes the thread's P back and
-** hands it off; the library's overlay leaves the monitor asleep while
-** another P is idle (docs/go-runtime.md: monitor-sleeps-beside-an-idle-p).
+/* monitor_wakes: how often the process's other threads wake while one C
+** thread calls the library after pauses, as a host's RPC threads do. Each
+** of N rounds sleeps PAUSE_MS, then makes its calls:
 **
-** usage: monitor_wakes N PAUSE_MS */
+** - new (the default): creates and releases a context, two calls into Go.
+**   With Go's runtime as shipped, each call after a pause wakes Go's
+**   monitor (sysmon) from its deep sleep, and the monitor then takes the
+**   thread's P back and hands it off; the library's overlay leaves the
+**   monitor asleep while another P is idle (docs/go-runtime.md:
+**   monitor-sleeps-beside-an-idle-p).
+** - lookup: retrieves a context made before the rounds and drops the
+**   reference, served in C: nothing else has cause to wake.
+**
+** It prints the voluntary context switches of every thread but the main
+** one, which calls (Go's runtime's threads: the library starts none of its
+** own), summed over the rounds.
+**
+** usage: monitor_wakes N PAUSE_MS [new|lookup] */
 #define _GNU_SOURCE /* syscall(SYS_gettid) */
 #include "check.h"
 
@@ -17,9 +23,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* The voluntary switches of the threads other than the calling one and
-** dac-clock, summed. */
-static long go_threads_switches(long self) {
+/* The voluntary switches of the threads other than the calling one,
+** summed. */
+static long others_switches(long self) {
 	DIR *d = opendir("/proc/self/task");
 	REQUIRE(d != NULL);
 	long sum = 0;
@@ -28,23 +34,28 @@ static long go_threads_switches(long self) {
 		long tid = atol(e->d_name);
 		if (tid <= 0 || tid == self)
 			continue;
-		char path[64], line[256], name[64] = "";
+		char path[64], line[256];
 		long switches = -1;
 		snprintf(path, sizeof path, "/proc/self/task/%ld/status", tid);
 		FILE *f = fopen(path, "r");
 		if (f == NULL)
 			continue; /* gone */
-		while (fgets(line, sizeof line, f) != NULL) {
-			if (sscanf(line, "Name:\t%63s", name) == 1)
-				continue;
+		while (fgets(line, sizeof line, f) != NULL)
 			sscanf(line, "voluntary_ctxt_switches:\t%ld", &switches);
-		}
 		fclose(f);
-		if (strcmp(name, "dac-clock") != 0 && switches > 0)
+		if (switches > 0)
 			sum += switches;
 	}
 	closedir(d);
 	return sum;
+}
+
+static int64_t looked_up; /* the context the lookup rounds retrieve */
+
+static void lookup(void) {
+	dac_context *ctx = NULL;
+	MUST(dac_context_retrieve(looked_up, &ctx));
+	MUST(dac_context_unref(ctx));
 }
 
 static void round_trip(void) {
@@ -57,21 +68,26 @@ static void round_trip(void) {
 }
 
 int main(int argc, char **argv) {
-	REQUIRE(argc == 3);
+	REQUIRE(argc == 3 || (argc == 4 && (strcmp(argv[3], "new") == 0 || strcmp(argv[3], "lookup") == 0)));
 	int n = atoi(argv[1]);
 	long pause_ms = atol(argv[2]);
 	REQUIRE(n > 0 && pause_ms > 0);
+	void (*calls)(void) = argc == 4 && strcmp(argv[3], "lookup") == 0 ? lookup : round_trip;
 	long self = (long)syscall(SYS_gettid);
 	MUST(dac_init(0));
+	dac_context *ctx = NULL;
+	looked_up = ((int64_t)5 << 48) | 1; /* another worker's, as an RPC thread retrieves */
+	MUST(dac_context_get_or_create(looked_up, &ctx));
+	MUST(dac_context_unref(ctx));
 	for (int i = 0; i < 20; i++) /* Go's runtime settles: its threads started */
 		round_trip();
 	sleep_ms(50);
-	long before = go_threads_switches(self);
+	long before = others_switches(self);
 	for (int i = 0; i < n; i++) {
 		sleep_ms(pause_ms);
-		round_trip();
+		calls();
 	}
-	long after = go_threads_switches(self);
-	printf("go threads' voluntary switches: %ld over %d rounds\n", after - before, n);
+	long after = others_switches(self);
+	printf("other threads' voluntary switches: %ld over %d rounds\n", after - before, n);
 	return 0;
 }

@@ -37,7 +37,7 @@ func layoutConsts() []layoutConst {
 		{"DACC_STATE_REFS", u64(container.MaxRefs), "the state word's counted references, and their most (container.MaxRefs)"},
 		{"DACC_GEN_SHIFT", fmt.Sprint(container.GenShift), "a state word's generation, and a handle's: the bits from DACC_GEN_SHIFT up (container.GenShift)"},
 		{"DACC_ID_WORKER_SHIFT", fmt.Sprint(container.AutoIncrementBits), "an id's worker: the bits from DACC_ID_WORKER_SHIFT up, which the index's bucket hash folds in (container.AutoIncrementBits, bucketOf)"},
-		{"DACC_CLOCK_ASLEEP", fmt.Sprintf("(%d)", container.ClockAsleep), "the coarse clock's word while its driver sleeps (container.ClockAsleep)"},
+		{"DACC_CLOCK_RESOLUTION_MS", fmt.Sprint(container.ClockResolutionMs), "the coarse clock's bound on how far readers' times lie apart, in ms (container.ClockResolutionMs)"},
 	}
 }
 
