@@ -34,28 +34,32 @@ func OriginWorker(id int64) uint16 { return uint16(uint64(id) >> AutoIncrementBi
 // counter hands out the ids next, next+1, ..., max-1 and then fails; it never
 // wraps and never hands an id out twice.
 type counter struct {
-	next atomic.Int64
-	max  int64
-	kind string // "context" or "autograd message", for the exhaustion error
+	next  atomic.Int64
+	first int64
+	max   int64
+	kind  string // "context" or "autograd message", for the exhaustion error
 }
 
 func (c *counter) reset(workerID int64, kind string) {
-	c.next.Store(FirstID(workerID))
+	c.first = FirstID(workerID)
+	c.next.Store(c.first)
 	c.max = MaxIDOf(workerID)
 	c.kind = kind
 }
 
-// take returns the next id, or ErrExhausted once max_id is reached.
+// take returns the next id, or ErrExhausted once max_id is reached. One
+// atomic add, not a load and a compare-and-swap: threads creating at once
+// move the counter's line between their cores once a take instead of
+// twice. Once exhausted, each take still adds one: next runs on past
+// max_id, and past the int64 range into ids below first (worker 32767's
+// max_id is the largest int64), which are refused too; it would take 2^63
+// refused takes to come round to first again.
 func (c *counter) take() (int64, error) {
-	for {
-		v := c.next.Load()
-		if v >= c.max {
-			return 0, c.exhausted()
-		}
-		if c.next.CompareAndSwap(v, v+1) {
-			return v, nil
-		}
+	v := c.next.Add(1) - 1
+	if v >= c.max || v < c.first {
+		return 0, c.exhausted()
 	}
+	return v, nil
 }
 
 // takeBlock reserves up to n consecutive ids and returns the first and how
@@ -63,7 +67,7 @@ func (c *counter) take() (int64, error) {
 func (c *counter) takeBlock(n int64) (first, count int64, err error) {
 	for {
 		v := c.next.Load()
-		if v >= c.max {
+		if v >= c.max || v < c.first { // exhausted, as take tells it
 			return 0, 0, c.exhausted()
 		}
 		k := min(n, c.max-v)

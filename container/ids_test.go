@@ -171,3 +171,23 @@ func TestIDsAreNeverReused(t *testing.T) {
 	}
 	assert.Zero(t, c.NumContexts())
 }
+
+// A counter at max_id refuses every take and block after, however many: a
+// take that overruns it still moves the counter on (one atomic add), and
+// worker 32767's max_id is the largest int64, so its counter goes on into
+// ids below its first, which are refused as well.
+func TestExhaustedCountersStayExhausted(t *testing.T) {
+	for _, tc := range layoutCases {
+		c, err := container.New(tc.worker, container.WithCounterOffsets(0, tc.maxID-tc.firstID))
+		require.NoError(t, err)
+		for range 3 {
+			id, err := c.NewAutogradMessageID()
+			assert.Zero(t, id)
+			assert.Equal(t, container.ErrExhausted, container.CodeOf(err), "worker %d", tc.worker)
+		}
+		first, count, err := c.NewAutogradMessageIDBlock(container.MessageIDBlock)
+		assert.Zero(t, first)
+		assert.Zero(t, count)
+		assert.Equal(t, container.ErrExhausted, container.CodeOf(err), "worker %d: a block after overrunning takes", tc.worker)
+	}
+}
