@@ -31,8 +31,8 @@ func MaxIDOf(workerID int64) int64 { return AutoIncrementMask | workerID<<AutoIn
 // read as the unsigned worker id in [0, 65535].
 func OriginWorker(id int64) uint16 { return uint16(uint64(id) >> AutoIncrementBits) }
 
-// counter hands out the ids next, next+1, ..., max-1 and then fails; it never
-// wraps and never hands an id out twice.
+// counter hands out the ids first, first+1, ..., max-1 and then fails; the
+// ids it hands out never wrap, and none is handed out twice.
 type counter struct {
 	next  atomic.Int64
 	first int64
@@ -52,8 +52,8 @@ func (c *counter) reset(workerID int64, kind string) {
 // move the counter's line between their cores once a take instead of
 // twice. Once exhausted, each take still adds one: next runs on past
 // max_id, and past the int64 range into ids below first (worker 32767's
-// max_id is the largest int64), which are refused too; it would take 2^63
-// refused takes to come round to first again.
+// max_id is the largest int64), which are refused too; it would take
+// some 2^64 refused takes to come round to first again.
 func (c *counter) take() (int64, error) {
 	v := c.next.Add(1) - 1
 	if v >= c.max || v < c.first {
