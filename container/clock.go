@@ -46,7 +46,7 @@ type coarseClock struct {
 
 func (k coarseClock) now() int64 {
 	if k.word == nil {
-		return time.Since(clockStart).Milliseconds()
+		return ClockElapsed().Milliseconds()
 	}
 	return k.word.Load()
 }

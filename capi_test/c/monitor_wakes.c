@@ -2,7 +2,7 @@
 ** thread calls the library after pauses, as a host's RPC threads do. Each
 ** of N rounds sleeps PAUSE_MS, then makes its calls:
 **
-** - new (the default): creates and releases a context, two calls into Go.
+** - new: creates and releases a context, two calls into Go.
 **   With Go's runtime as shipped, each call after a pause wakes Go's
 **   monitor (sysmon) from its deep sleep, and the monitor then takes the
 **   thread's P back and hands it off; the library's overlay leaves the
@@ -15,7 +15,7 @@
 ** one, which calls (Go's runtime's threads: the library starts none of its
 ** own), summed over the rounds.
 **
-** usage: monitor_wakes N PAUSE_MS [new|lookup] */
+** usage: monitor_wakes N PAUSE_MS new|lookup */
 #define _GNU_SOURCE /* syscall(SYS_gettid) */
 #include "check.h"
 
@@ -68,11 +68,12 @@ static void round_trip(void) {
 }
 
 int main(int argc, char **argv) {
-	REQUIRE(argc == 3 || (argc == 4 && (strcmp(argv[3], "new") == 0 || strcmp(argv[3], "lookup") == 0)));
+	REQUIRE(argc == 4);
 	int n = atoi(argv[1]);
 	long pause_ms = atol(argv[2]);
 	REQUIRE(n > 0 && pause_ms > 0);
-	void (*calls)(void) = argc == 4 && strcmp(argv[3], "lookup") == 0 ? lookup : round_trip;
+	void (*calls)(void) = strcmp(argv[3], "lookup") == 0 ? lookup : strcmp(argv[3], "new") == 0 ? round_trip : NULL;
+	REQUIRE(calls != NULL);
 	long self = (long)syscall(SYS_gettid);
 	MUST(dac_init(0));
 	dac_context *ctx = NULL;
