@@ -17,6 +17,8 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"distautograd/container"
 )
 
 // Status codes of include/distautograd.h.
@@ -99,6 +101,7 @@ type linRec struct {
 	Status          int32
 	Op, Thread      uint8
 	Epoch           uint16
+	Handle          uint64 // the handle the call returned, 0 if none
 }
 
 func (r linRec) String() string {
@@ -113,6 +116,10 @@ func (r linRec) String() string {
 	}
 	if r.Cur != -1 && (r.Op == opNew || r.Op == opCurrent || r.Op == opRelease || r.Op == opReleaseIfPresent) {
 		s += fmt.Sprintf(" (current id %d)", r.Cur)
+	}
+	if r.Handle != 0 { // which life of which record it got
+		index, gen := container.SplitHandle(r.Handle)
+		s += fmt.Sprintf(" [record %d, life %d]", index, gen)
 	}
 	return s
 }
@@ -329,6 +336,14 @@ func checkLinearizeRun(t *testing.T, run linearizeRun) {
 		"no lookup held its reference uncounted: the history does not cover them")
 }
 
+// How many calls of the partition describeIllegal shows before the first
+// it could not place and from it on: few enough that a CI log, which keeps
+// a failure's first and last lines, keeps them all.
+const (
+	linWindowBefore = 16
+	linWindowAfter  = 8
+)
+
 // describeIllegal shows, for the first partition that is not linearizable,
 // the longest prefix porcupine could linearize and the calls overlapping the
 // first one it could not place.
@@ -366,7 +381,7 @@ func describeIllegal(ops []porcupine.Operation, info porcupine.LinearizationInfo
 		// The calls before it (by call time), and those that overlap it.
 		b.WriteString("calls of that id around it (by call time; * = in the linearized prefix):\n")
 		at := slices.IndexFunc(sorted, func(op porcupine.Operation) bool { return op.Input.(linRec) == first.Input.(linRec) })
-		for i := max(0, at-40); i < len(sorted) && i < at+15; i++ {
+		for i := max(0, at-linWindowBefore); i < len(sorted) && i < at+linWindowAfter; i++ {
 			r := sorted[i].Input.(linRec)
 			mark := " "
 			if placed[r] {
@@ -439,11 +454,16 @@ func TestContainerModelCatchesViolations(t *testing.T) {
 		r := linRec{Call: call, Ret: ret, ID: id, Cur: -1, Result: result, Status: status, Op: o, Thread: thread}
 		return porcupine.Operation{ClientId: int(thread), Input: r, Call: call, Return: ret}
 	}
+	// The lookup that cannot be placed names the life it got.
+	found := op(1, 40, 50, opRetrieve, stOK, 0)
+	rec := found.Input.(linRec)
+	rec.Handle = container.Handle(3, 2)
+	found.Input = rec
 	for name, h := range map[string][]porcupine.Operation{
 		"found after its release": {
 			op(0, 0, 10, opGetOrCreate, stOK, 0),
 			op(0, 20, 30, opRelease, stOK, 0),
-			op(1, 40, 50, opRetrieve, stOK, 0),
+			found,
 		},
 		"released twice": {
 			op(0, 0, 10, opGetOrCreate, stOK, 0),
@@ -459,6 +479,10 @@ func TestContainerModelCatchesViolations(t *testing.T) {
 		assert.Equal(t, porcupine.Illegal, res, name)
 		assert.Contains(t, describeIllegal(h, info), "the first that cannot be placed", name)
 	}
+	h := []porcupine.Operation{op(0, 0, 10, opGetOrCreate, stOK, 0), op(0, 20, 30, opRelease, stOK, 0), found}
+	res, info := porcupine.CheckOperationsVerbose(containerModel, h, time.Minute)
+	require.Equal(t, porcupine.Illegal, res)
+	assert.Contains(t, describeIllegal(h, info), "dac_context_retrieve(1407374883553281) -> DAC_OK [record 3, life 2]")
 	overlapping := []porcupine.Operation{
 		op(0, 0, 10, opGetOrCreate, stOK, 0),
 		op(0, 20, 40, opRelease, stOK, 0),

@@ -51,7 +51,8 @@ DACC_HIDDEN void dacc_refs_setup(void);
 ** every message and gradient), and the record is one load away where the
 ** index is a chain of them, each a cache miss once the caller's own work
 ** has run between two calls. The same life, found in the index then and
-** listed still, is listed under id now (a release unlists first). What it
+** listed still, is the context stored under id now (the listed bit is what
+** says so: a release clears it, and one life per id is listed). What it
 ** finds, dacc_acquire checks as it checks a lookup's record; NULL: look it
 ** up. */
 static inline __attribute__((always_inline)) dacc_record *dacc_recall(const dacc_view *v, const dacc_uncounted_slot *s,

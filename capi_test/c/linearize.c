@@ -53,13 +53,16 @@ static const char *const op_names[] = {
 /* One call. id: the id it names (for new and current, the one it got or the
 ** thread's current one; for the handle functions, the handle's context);
 ** cur: the thread's current id before the call; result: what it wrote (an id,
-** or 0/1 for "found" and "released"). 48 bytes. */
+** or 0/1 for "found" and "released"); handle: the handle it returned (0 if
+** none), whose generation and index say which life of which record it saw.
+** 56 bytes. */
 struct rec {
 	int64_t call, ret;
 	int64_t id, cur, result;
 	int32_t status;
 	uint8_t op, thread;
 	uint16_t epoch;
+	uint64_t handle;
 };
 
 #define EPOCH 1000
@@ -256,6 +259,7 @@ static void op_new(struct worker *w) {
 	int64_t id = -1;
 	REQUIRE(dac_context_id(h, &id) == DAC_OK);
 	r->id = r->result = id;
+	r->handle = (uint64_t)(uintptr_t)h;
 	w->cur = id;
 	/* Half of them join the pool, where every thread races on them. */
 	if (next_rand(w) % 2)
@@ -268,8 +272,10 @@ static void op_current(struct worker *w) {
 	struct rec *r = begin(w, OP_CURRENT, w->cur);
 	int rc = dac_context_current(&h);
 	end(w, r, rc);
-	if (rc == DAC_OK)
+	if (rc == DAC_OK) {
+		r->handle = (uint64_t)(uintptr_t)h;
 		keep(w, h, w->cur);
+	}
 }
 
 static void op_lookup(struct worker *w, int op) {
@@ -293,8 +299,10 @@ static void op_lookup(struct worker *w, int op) {
 		break;
 	}
 	end(w, r, rc);
-	if (rc == DAC_OK && h != NULL)
+	if (rc == DAC_OK && h != NULL) {
+		r->handle = (uint64_t)(uintptr_t)h;
 		keep(w, h, id);
+	}
 }
 
 static void op_is_valid(struct worker *w) {
