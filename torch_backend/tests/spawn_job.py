@@ -11,6 +11,13 @@ import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
 
 
+def say(line):
+    """Writes line to the stdout both workers share in one write: print
+    writes the text and its newline apart where stdout is unbuffered
+    (PYTHONUNBUFFERED=1), and two workers' lines then interleave."""
+    os.write(1, (line + "\n").encode())
+
+
 def add(a, b):
     return a + b
 
@@ -18,14 +25,14 @@ def add(a, b):
 def worker(rank, port):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = port
-    print("pid %d" % os.getpid(), flush=True)
+    say("pid %d" % os.getpid())
     rpc.init_rpc("worker%d" % rank, rank=rank, world_size=2)
     if rank == 0:
         t = torch.ones(2, requires_grad=True)
         with dist_autograd.context() as context_id:
             loss = rpc.rpc_sync("worker1", add, args=(t, t)).sum()
             dist_autograd.backward(context_id, [loss])
-            print("grad %s" % dist_autograd.get_gradients(context_id)[t].tolist(), flush=True)
+            say("grad %s" % dist_autograd.get_gradients(context_id)[t].tolist())
     rpc.shutdown()
 
 
