@@ -31,7 +31,7 @@ the other rows stay. make bench-torch runs it with the host's torch 1.13,
 then inside the Debian 13 root with its torch 2.6 (scripts/torch-root).
 
 usage: python3 bench/torchbench.py [--pairs N] [--rounds R] [--job-pairs M] [--job-rounds S]
-       (N pairs of one-process sides of R rounds, default 8 of 20; M pairs of
+       (N pairs of one-process sides of R rounds, default 24 of 8; M pairs of
        training jobs of S rounds, default 48 of 6)
 """
 import contextlib
@@ -403,7 +403,7 @@ def main():
     import torch
 
     version = ".".join(torch.__version__.split(".")[:2])
-    counts = {"--pairs": 8, "--rounds": 20, "--job-pairs": 48, "--job-rounds": 6}
+    counts = {"--pairs": 24, "--rounds": 8, "--job-pairs": 48, "--job-rounds": 6}
     for flag in counts:
         if flag in sys.argv:
             counts[flag] = int(sys.argv[sys.argv.index(flag) + 1])
