@@ -21,8 +21,9 @@ batch's wall time / K (the slow operations, K = 1: a median per call).
 A pair's ratio is the median of its rounds' ratios; a row's ratio is the
 median of its pairs' ratios (the pair, a placement of processes on the
 machine, is what varies independently: the report's interval resamples
-pairs). The training job's pairs vary most, so it gets more of them. distautograd_ns and native_ns are the medians of each side's
-chunk figures.
+pairs). The training job's medians move most from run to run, so it
+gets the most pairs. distautograd_ns and native_ns are the medians of
+each side's chunk figures.
 
 Rows go into build/bench.json with level "torch" and the torch version the
 interpreter has ("torch": "1.13", "2.6"; a torch other than the host's has
@@ -425,8 +426,9 @@ def main():
         port = free_port()
         return [["--train", str(rank), port] for rank in range(3)]
 
-    # The training job's pairs vary more (three busy-polling agents a side
-    # on a small machine), so it gets more of them, of fewer rounds.
+    # The training job's medians move most from run to run (three
+    # busy-polling agents a side on a small machine): it gets the most
+    # pairs. Both kinds vary between pairs far more than between rounds.
     for n in range(counts["--pairs"]):
         pair(lambda: [["--worker"]], OPS, counts["--rounds"], "one-process", n, counts["--pairs"])
     for n in range(counts["--job-pairs"]):
