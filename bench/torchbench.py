@@ -32,8 +32,8 @@ the other rows stay. make bench-torch runs it with the host's torch 1.13,
 then inside the Debian 13 root with its torch 2.6 (scripts/torch-root).
 
 usage: python3 bench/torchbench.py [--pairs N] [--rounds R] [--job-pairs M] [--job-rounds S]
-       (N pairs of one-process sides of R rounds, default 24 of 8; M pairs of
-       training jobs of S rounds, default 48 of 6)
+       (N pairs of one-process sides of R rounds; M pairs of training jobs
+       of S rounds; -h prints the defaults, COUNTS)
 """
 import contextlib
 import json
@@ -64,6 +64,9 @@ OPS = [
     ("`_retrieve_context`", "retrieve", 500, 40),
     ("`_current_context`", "current", 500, 40),
 ]
+#: The default of each count flag (the usage line in the docstring).
+COUNTS = {"--pairs": 24, "--rounds": 8, "--job-pairs": 48, "--job-rounds": 6}
+
 TRAIN_OP = ("training step, 3 workers: nested `rpc_sync` through both peers and back, `rpc_async`, "
             "`backward`, `DistributedOptimizer.step`", "step", 1, 10)
 
@@ -404,7 +407,7 @@ def main():
     import torch
 
     version = ".".join(torch.__version__.split(".")[:2])
-    counts = {"--pairs": 24, "--rounds": 8, "--job-pairs": 48, "--job-rounds": 6}
+    counts = dict(COUNTS)
     for flag in counts:
         if flag in sys.argv:
             counts[flag] = int(sys.argv[sys.argv.index(flag) + 1])
@@ -426,9 +429,8 @@ def main():
         port = free_port()
         return [["--train", str(rank), port] for rank in range(3)]
 
-    # The training job's medians move most from run to run (three
-    # busy-polling agents a side on a small machine): it gets the most
-    # pairs. Both kinds vary between pairs far more than between rounds.
+    # Pairs, not rounds, are what vary (the docstring): the job, three
+    # busy-polling agents a side, gets the most.
     for n in range(counts["--pairs"]):
         pair(lambda: [["--worker"]], OPS, counts["--rounds"], "one-process", n, counts["--pairs"])
     for n in range(counts["--job-pairs"]):
@@ -462,6 +464,7 @@ if __name__ == "__main__":
     side = sys.argv[-1] == "backend"
     if "-h" in sys.argv or "--help" in sys.argv:
         print(__doc__)
+        print("defaults: " + " ".join("%s %d" % kv for kv in COUNTS.items()))
     elif "--worker" in sys.argv:
         worker(side)
     elif "--train" in sys.argv:
