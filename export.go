@@ -316,9 +316,15 @@ func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, wo
 	}
 	var also []uint16
 	if nworkers > 0 {
-		// Checked at the edge, all before anything changes.
+		// Checked at the edge, all before anything changes. A pass's few
+		// workers stay on the stack: the release allocates nothing.
 		ids := unsafe.Slice((*int32)(unsafe.Pointer(workers)), int(nworkers))
-		also = make([]uint16, len(ids))
+		var few [8]uint16
+		if len(ids) <= len(few) {
+			also = few[:len(ids)]
+		} else {
+			also = make([]uint16, len(ids))
+		}
 		for i, w := range ids {
 			if err := container.CheckWorkerID(int64(w)); err != nil {
 				return fail(e, err)

@@ -502,3 +502,35 @@ func TestConcurrentReleasesFanOut(t *testing.T) {
 	})
 	assert.Equal(t, 2*goroutines*each, count)
 }
+
+// A release that brings its workers (torch's: the backend passes those its
+// engine recorded), of a context with no *Context, allocates nothing on
+// its way to an inline first attempt: the workers reach the sender from
+// the caller's slice, not a copy.
+func TestReleaseWithWorkersAllocatesNothing(t *testing.T) {
+	var sent atomic.Int64
+	c, cl := newFanoutContainer(t, 1, func(uint16, int64) error { sent.Add(1); return nil }, CleanupOptions{}, nil)
+	cl.SetFirstAttemptInline(true)
+	const runs = 100
+	ids := make([]int64, 0, runs+1)
+	for i := range runs + 1 {
+		id := int64(1)<<48 + int64(i) + 1
+		h, err := c.GetOrCreateContextHandle(id)
+		require.NoError(t, err)
+		_, err = c.UnrefLast(h)
+		require.NoError(t, err)
+		DropRefAsC(c, h)
+		ids = append(ids, id)
+	}
+	workers := []uint16{2, 3}
+	next := 0
+	allocs := testing.AllocsPerRun(runs, func() {
+		if !c.ReleaseContextWithWorkers(nil, ids[next], workers) {
+			t.Fatalf("context %d was not released", ids[next])
+		}
+		next++
+	})
+	assert.Zero(t, allocs, "allocations per release")
+	assert.Equal(t, int64(2*(runs+1)), sent.Load(), "each release told both workers, inline")
+	assert.Equal(t, []uint16{2, 3}, workers, "the caller's workers unchanged")
+}

@@ -94,17 +94,38 @@ func (c *Container) notify(id int64, ctx *Context, extra []uint16, skip int) {
 	if ctx != nil {
 		workers = ctx.KnownWorkerIDs()
 	}
-	for _, w := range extra {
-		if !slices.Contains(workers, w) {
-			workers = append(workers, w)
+	if ctx == nil && skip == noWorker && distinct(extra) {
+		// A release's usual case (torch's: the workers come with the
+		// call): extra as it is, not copied.
+		workers = extra
+	} else {
+		for _, w := range extra {
+			if !slices.Contains(workers, w) {
+				workers = append(workers, w)
+			}
 		}
 	}
 	if skip != noWorker {
 		workers = slices.DeleteFunc(workers, func(w uint16) bool { return int(w) == skip })
 	}
-	if len(workers) > 0 {
-		box.n.Release(id, workers)
+	if len(workers) == 0 {
+		return
 	}
+	if q, ok := box.n.(*FanoutQueue); ok {
+		q.Release(id, workers) // which keeps none of workers: it may be the caller's, on its stack
+	} else {
+		box.n.Release(id, slices.Clone(workers))
+	}
+}
+
+// distinct reports whether ws holds no worker twice.
+func distinct(ws []uint16) bool {
+	for i, w := range ws {
+		if slices.Contains(ws[:i], w) {
+			return false
+		}
+	}
+	return true
 }
 
 // releaseWhere releases every context for which match returns true, fanning
