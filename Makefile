@@ -391,6 +391,10 @@ clean: ## remove build outputs
 # (make torch-root), when it is there. Without any, only the shim is built
 # (it then says so and leaves torch native).
 TORCH_SHIM  := $(BUILD)/libdistautograd_torch.so
+# The A/B build of the shim (shim.c: DAT_AB), beside the implementations
+# it loads: bench/torchab.py alone preloads it (and its test). Never
+# installed.
+TORCH_AB_SHIM := $(BUILD)/libdistautograd_torch_ab.so
 # The served versions are symbols.h's (the shim's list).
 TORCH_VERSIONS := $(shell sed -n 's/^\#define DAT_TORCH_VERSIONS(X) //p' torch_backend/symbols.h | grep -o '[0-9.]*')
 TORCH_IMPL   = $(BUILD)/libdistautograd_torch_impl_$(1).so
@@ -420,8 +424,8 @@ IMPL_FLAGS  = -std=c++20 -O2 -fPIC -Wall -Wextra -Werror -Wno-unused-parameter -
   -DDAT_TORCH_VERSION='"$(1)"' -isystem /usr/include/torch/csrc/api/include -shared torch_backend/impl.cpp \
   -Wl,--version-script=torch_backend/impl.map -Wl,-z,now -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN' \
   -L$(BUILD) -ldistautograd -l:libtorch_cpu.so.$(1) -l:libc10.so.$(1) $(IMPL_LIBS_$(1))
-.PHONY: torch-backend torch-root test-torch test-torch-versions bench-torch bench-torch-memory
-torch-backend: $(TORCH_SHIM) $(LAUNCHER) $(TORCH_IMPLS) ## build/libdistautograd_torch.so, build/distautograd-torch and an implementation per served torch found (its libtorch-dev here; 2.6 on Debian 12: make torch-root)
+.PHONY: torch-ab torch-backend torch-root test-torch test-torch-versions bench-torch bench-torch-memory
+torch-backend: $(TORCH_SHIM) $(TORCH_AB_SHIM) $(LAUNCHER) $(TORCH_IMPLS) ## build/libdistautograd_torch.so (and its A/B build), build/distautograd-torch and an implementation per served torch found (its libtorch-dev here; 2.6 on Debian 12: make torch-root)
 $(LAUNCHER): packaging/distautograd-torch.in $(LAUNCHER_PY)
 	@mkdir -p $(BUILD)/launcher
 	@echo "write $@"
@@ -433,6 +437,12 @@ $(TORCH_SHIM): torch_backend/shim.S torch_backend/shim.c torch_backend/symbols.h
 	@echo "cc $@"
 	@$(CC) -std=gnu11 -O2 -fPIC -Wall -Wextra -Werror -shared -o $@ torch_backend/shim.S torch_backend/shim.c \
 	  -Wl,--version-script=torch_backend/shim.map -Wl,-z,now -Wl,-z,noexecstack
+torch-ab: $(TORCH_AB_SHIM) $(TORCH_IMPLS) ## build/libdistautograd_torch_ab.so: the shim that switches one process between torch's container and the backend, for bench/torchab.py
+$(TORCH_AB_SHIM): torch_backend/shim.S torch_backend/ab.S torch_backend/shim.c torch_backend/symbols.h torch_backend/shim.map
+	@mkdir -p $(BUILD)
+	@echo "cc $@"
+	@$(CC) -std=gnu11 -O2 -fPIC -Wall -Wextra -Werror -DDAT_AB -shared -o $@ torch_backend/shim.S torch_backend/ab.S \
+	  torch_backend/shim.c -Wl,--version-script=torch_backend/shim.map -Wl,-z,now -Wl,-z,noexecstack
 define HOST_IMPL_RULE
 $(call TORCH_IMPL,$(1)): $$(IMPL_SOURCES)
 	@echo "g++ $$@ (torch $(1))"

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "symbols.h"
@@ -31,6 +32,7 @@ extern void *dat_fn[DAT_NSYMS];
 extern void dat_noop(void);
 
 #define X_NAME(i, name, sym) #sym,
+#define X_NAME_SHORT(i, name, sym) #name,
 static const char *const sym_names[DAT_NSYMS] = {DAT_SYMBOLS(X_NAME)};
 
 #define X_DECL(i, name, sym) extern char sym[];
@@ -45,6 +47,9 @@ static const char *const served[] = {DAT_TORCH_VERSIONS(X_STR)};
 #define NSERVED (sizeof served / sizeof served[0])
 
 static void *real[DAT_NSYMS];
+#ifdef DAT_AB
+static void *served_fn[DAT_NSYMS]; /* the backend's entries, for dat_ab_switch */
+#endif
 static pthread_once_t found_once = PTHREAD_ONCE_INIT, decided_once = PTHREAD_ONCE_INIT;
 static int active; /* 1 when the backend serves, read by dat_torch_backend_state */
 
@@ -220,6 +225,9 @@ static void decide(void) {
 	for (int i = 0; i < DAT_NSYMS; i++)
 		if (i < DAT_PRIVATE_FIRST)
 			__atomic_store_n(&dat_fn[i], serve[i], __ATOMIC_RELEASE);
+#ifdef DAT_AB
+	memcpy(served_fn, serve, sizeof served_fn);
+#endif
 	__atomic_store_n(&active, 1, __ATOMIC_RELEASE);
 	notify_served(version);
 }
@@ -233,3 +241,71 @@ __attribute__((visibility("hidden"))) unsigned dat_resolve(unsigned index) {
 	pthread_once(&decided_once, decide);
 	return index;
 }
+
+#ifdef DAT_AB
+/* The A/B build (make torch-ab: build/libdistautograd_torch_ab.so), for
+** bench/torchab.py alone, never for a job: one process alternates between
+** libtorch's own container and the backend, so that the two are compared
+** with everything else held fixed (the process, its threads' placement,
+** its heap), and times every public member (ab.S). Switching is safe only
+** while no context is live and no cleanup message is in flight: each side
+** keeps its own map and ids. */
+extern void *dat_ab_target[DAT_NSYMS];
+extern unsigned long dat_ab_ticks[2 * DAT_NSYMS];
+#define X_WDECL(i, name, sym) extern char dat_ab_wrap_##i[];
+DAT_SYMBOLS(X_WDECL)
+#define X_WADDR(i, name, sym) (void *)dat_ab_wrap_##i,
+static void *const wraps[DAT_NSYMS] = {DAT_SYMBOLS(X_WADDR)};
+
+/* Points the public members at the backend (backend != 0) or at libtorch,
+** timed through ab.S's wrappers when timed != 0; libtorch's own
+** sendReleaseContextRpc and eraseContextIdAndReset (timed too) serve
+** libtorch's side. -1: the backend does not serve this process. */
+__attribute__((visibility("default"))) int dat_ab_switch(int backend, int timed) {
+	if (!__atomic_load_n(&active, __ATOMIC_ACQUIRE))
+		return -1;
+	for (int i = 0; i < DAT_NSYMS; i++) {
+		void *to = i < DAT_PRIVATE_FIRST ? (backend ? served_fn[i] : real[i]) : real[i];
+		if (backend && i == DAT_IDX_SEND_RELEASE)
+			to = (void *)dat_noop;
+		int wrapped = timed && (i < DAT_PRIVATE_FIRST || (!backend && i >= DAT_IDX_SEND_RELEASE));
+		if (i >= DAT_PRIVATE_FIRST && i < DAT_IDX_SEND_RELEASE)
+			continue; /* libtorch's, as find_real set them */
+		__atomic_store_n(&dat_ab_target[i], to, __ATOMIC_RELEASE);
+		__atomic_store_n(&dat_fn[i], wrapped ? wraps[i] : to, __ATOMIC_RELEASE);
+	}
+	return 0;
+}
+
+/* Copies each member's time stamp counter ticks and calls since the last
+** call into out (2 * DAT_NSYMS: ticks, calls), and starts them over;
+** returns DAT_NSYMS. */
+__attribute__((visibility("default"))) int dat_ab_take(unsigned long *out) {
+	for (int i = 0; i < 2 * DAT_NSYMS; i++)
+		out[i] = __atomic_exchange_n(&dat_ab_ticks[i], 0, __ATOMIC_RELAXED);
+	return DAT_NSYMS;
+}
+
+static inline unsigned long long ab_ticks(void) {
+	unsigned lo, hi;
+	__asm__ volatile("lfence; rdtsc" : "=a"(lo), "=d"(hi));
+	return ((unsigned long long)hi << 32) | lo;
+}
+
+/* The time stamp counter's ticks per ns, against CLOCK_MONOTONIC over 50 ms. */
+__attribute__((visibility("default"))) double dat_ab_ticks_per_ns(void) {
+	struct timespec a, b, nap = {0, 50000000};
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	unsigned long long t0 = ab_ticks();
+	nanosleep(&nap, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	unsigned long long t1 = ab_ticks();
+	return (double)(t1 - t0) / ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec));
+}
+
+/* The member names, in the order of dat_ab_take's pairs. */
+__attribute__((visibility("default"))) const char *dat_ab_name(int i) {
+	static const char *const names[DAT_NSYMS] = {DAT_SYMBOLS(X_NAME_SHORT)};
+	return i >= 0 && i < DAT_NSYMS ? names[i] : NULL;
+}
+#endif

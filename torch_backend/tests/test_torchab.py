@@ -1,0 +1,68 @@
+"""bench/torchab.py, short: one process switches between torch's own
+container and the backend, and each side's calls land where they should.
+
+Its figures are not asserted (they are measurements). What is asserted is
+what its tables rest on: on the native side every member torch calls is
+libtorch's (its own release sends the cleanup message through its
+sendReleaseContextRpc and erases through eraseContextIdAndReset), on the
+backend side none of libtorch's private members runs, both sides make the
+same public calls, and each side's op is timed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+from torch_backend.tests.test_backend import BackendTest, PYTHON, ROOT, TIMEOUT
+
+TORCHAB = os.path.join(ROOT, "bench", "torchab.py")
+
+
+class TestTorchAB(BackendTest):
+    def run_ab(self, op, rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "ab.json")
+            run = subprocess.run([PYTHON, TORCHAB, "--op", op, "--rounds", str(rounds), "--batches", "3",
+                                  "--json", path], cwd=ROOT, capture_output=True, text=True, timeout=2 * TIMEOUT)
+            self.assertEqual(run.returncode, 0, "bench/torchab.py failed:\n%s\n%s"
+                             % (run.stdout[-3000:], run.stderr[-3000:]))
+            with open(path) as f:
+                return json.load(f)
+
+    def test_pass_is_served_by_each_side_in_turn(self):
+        report = self.run_ab("pass", 4)
+        native, backend = report["members"]["native"], report["members"]["backend"]
+        for side in (native, backend):
+            self.assertEqual(side["newContext"][0], 1.0, side)
+            self.assertEqual(side["releaseContext"][0], 1.0, side)
+        self.assertEqual(native["sendReleaseContextRpc"][0], 1.0, native)
+        self.assertEqual(native["eraseContextIdAndReset"][0], 1.0, native)
+        self.assertNotIn("sendReleaseContextRpc", backend)
+        self.assertNotIn("eraseContextIdAndReset", backend)
+        # The calls made before the op returns (not those of the cleanup
+        # message, which may land after the chunk): the same on both sides.
+        within = ("newContext", "releaseContext", "getOrCreateContext", "newAutogradMessageId")
+        self.assertEqual({k: native[k][0] for k in within}, {k: backend[k][0] for k in within})
+        for side in ("native", "backend"):
+            self.assertGreater(report["ns"][side], 0)
+            self.assertIn("main", report["threads"][side])
+
+    def test_step_switches_every_worker(self):
+        report = self.run_ab("step", 2)
+        native, backend = report["members"]["native"], report["members"]["backend"]
+        for w in ("w1", "w2"):
+            # Each other worker gets the pass's context from a message and
+            # releases it on worker 0's cleanup message, on its own side.
+            self.assertGreater(native["%s getOrCreateContext" % w][0], 0, native)
+            self.assertGreater(native["%s eraseContextIdAndReset" % w][0], 0, native)
+            self.assertGreater(backend["%s getOrCreateContext" % w][0], 0, backend)
+            self.assertNotIn("%s eraseContextIdAndReset" % w, backend)
+        self.assertEqual(native["w0 newContext"][0], 1.0)
+        self.assertEqual(backend["w0 newContext"][0], 1.0)
+
+
+if __name__ == "__main__":
+    unittest.main()
