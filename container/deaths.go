@@ -47,7 +47,7 @@ func (c *Container) unlist(s *indexShard, r *Record, idx uint32) (d PendingDrop,
 // held) if no reference to it is held, counted or not.
 func (c *Container) dieIfUnreferenced(s *indexShard, r *Record, idx uint32, gen uint32) (PendingDrop, bool) {
 	if u := c.uncounted.Load(); u != nil {
-		(*u).Settle(Handle(idx, gen))
+		(*u).Settle(Handle(idx, gen), &r.State)
 	}
 	for {
 		st := r.State.Load()

@@ -4,6 +4,8 @@ package container
 // (its context, its references, its host value), and the references held
 // uncounted.
 
+import "sync/atomic"
+
 // retain takes a reference to the listed record at idx, for a handle (the
 // shard's lock is held, so it stays listed meanwhile).
 func retain(r *Record, idx uint32) (uint64, error) {
@@ -143,13 +145,14 @@ func (c *Container) UncountedReferences() int64 {
 // retrieve and unref of a context every thread uses write no line the
 // others read; csrc/uncounted.c says how). A record's life that may have some has
 // the uncounted bit set. Settle moves every uncounted reference to handle h
-// into h's count, each as one compare-and-swap that requires h's life (a
-// reference whose holder drops it meanwhile is taken out again, without
-// killing the record: Go, which calls it under the record's shard lock,
-// decides after), and must not call into the container. Count says how
-// many uncounted references there are now.
+// into h's count, state (its record's state word), each as one
+// compare-and-swap that requires h's life (a reference whose holder drops
+// it meanwhile is taken out again, without killing the record: Go, which
+// calls it under the record's shard lock, decides after), and must not
+// call into the container. Count says how many uncounted references there
+// are now.
 type UncountedRefs interface {
-	Settle(h uint64)
+	Settle(h uint64, state *atomic.Uint64)
 	Count() int64
 }
 

@@ -2,6 +2,7 @@ package container_test
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -39,12 +40,15 @@ func (f *fakeUncounted) hold(h uint64) {
 	f.mu.Unlock()
 }
 
-func (f *fakeUncounted) Settle(h uint64) {
+func (f *fakeUncounted) Settle(h uint64, state *atomic.Uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.settles++
+	if state != &f.record(h).State {
+		panic("Settle was not given h's state word")
+	}
 	for ; f.held[h] > 0; f.held[h]-- {
-		st := &f.record(h).State
+		st := state
 		st.Add(1)
 		if f.dropWhileSettled {
 			st.Add(^uint64(0))

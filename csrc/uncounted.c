@@ -45,8 +45,6 @@
 #include "records.h"
 #include "uncounted.h"
 
-/* Threads with a slot at once; more get none (their references are counted). */
-#define DACC_UNCOUNTED_SLOTS 1024
 
 static dacc_uncounted_slot slots[DACC_UNCOUNTED_SLOTS];
 static uint32_t slots_top; /* slots handed out so far: what a settle reads */
@@ -91,13 +89,9 @@ int dacc_uncounted_settle(uint64_t h, int *undo) {
 	return moved;
 }
 
-void dacc_uncounted_settle_raw(uint64_t h) {
-	int undo = 0;
-	dacc_uncounted_settle(h, &undo);
-	uint32_t gen;
-	dacc_record *r = dacc_record_of(__atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE), h, &gen);
-	if (undo > 0 && r != NULL) /* r: it took those counts */
-		__atomic_sub_fetch(&r->state, (uint64_t)undo, __ATOMIC_SEQ_CST);
+dacc_uncounted_slot *dacc_uncounted_slots(uint32_t **top) {
+	*top = &slots_top;
+	return slots;
 }
 
 int64_t dacc_uncounted_count(void) {

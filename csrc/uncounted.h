@@ -15,6 +15,9 @@ typedef struct {
 	uint64_t last; /* the thread's last counted lookup: its owner's alone */
 } __attribute__((aligned(64))) dacc_uncounted_slot;
 
+/* Threads with a slot at once; more get none (their references are counted). */
+#define DACC_UNCOUNTED_SLOTS 1024
+
 /* This thread's slot: dacc_uncounted_unassigned until it asks for one,
 ** dacc_no_uncounted if it cannot have one (the h of both stays 0). */
 extern DACC_TLS dacc_uncounted_slot *dacc_tls_uncounted DACC_HIDDEN;
@@ -53,12 +56,12 @@ DACC_HIDDEN int dacc_uncounted_count_one(dacc_uncounted_slot *s, uint64_t h);
 /* Counts every reference held uncounted to h; returns how many, and adds
 ** to *undo the counts the caller must drop again (DACC_UNCOUNTED_UNDO). */
 DACC_HIDDEN int dacc_uncounted_settle(uint64_t h, int *undo);
-/* For Go (handles.go: UncountedRefs): dacc_uncounted_settle_raw is
-** dacc_uncounted_settle that drops what it must undo with plain decrements
-** (Go calls it under the record's shard lock and decides the death after;
-** it never calls into Go); dacc_uncounted_count says how many references
-** are held uncounted now. */
-DACC_HIDDEN void dacc_uncounted_settle_raw(uint64_t h);
+/* For Go (handles.go: UncountedRefs): the slots, and where the count of
+** those handed out so far lies, which Go's settle (export_hooks.go) reads
+** as dacc_uncounted_settle does, without a call into C from under a shard
+** lock; dacc_uncounted_count says how many references are held uncounted
+** now. */
+DACC_HIDDEN dacc_uncounted_slot *dacc_uncounted_slots(uint32_t **top);
 DACC_HIDDEN int64_t dacc_uncounted_count(void);
 
 /* In a forked child: the reference the forking thread held uncounted is
