@@ -307,6 +307,10 @@ func dacgo_context_is_valid(id C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	return 0
 }
 
+// stackWorkers is how many workers a release converts on the stack (a
+// pass's are a few); more are allocated.
+const stackWorkers = 8
+
 //export dacgo_context_release
 func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, workers *C.int32_t, nworkers C.size_t, released *C.int, drop *C.dacc_pending_drop, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
@@ -319,7 +323,7 @@ func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, wo
 		// Checked at the edge, all before anything changes. A pass's few
 		// workers stay on the stack: the release allocates nothing.
 		ids := unsafe.Slice((*int32)(unsafe.Pointer(workers)), int(nworkers))
-		var few [8]uint16
+		var few [stackWorkers]uint16
 		if len(ids) <= len(few) {
 			also = few[:len(ids)]
 		} else {

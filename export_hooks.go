@@ -61,10 +61,13 @@ type uncountedSlot struct {
 	_    [48]byte
 }
 
-// The two layouts agree, or this does not compile.
+// The two layouts agree (size, and where the handle lies), or this does
+// not compile.
 var (
 	_ [C.sizeof_dacc_uncounted_slot - unsafe.Sizeof(uncountedSlot{})]byte
 	_ [unsafe.Sizeof(uncountedSlot{}) - C.sizeof_dacc_uncounted_slot]byte
+	_ [unsafe.Offsetof(C.dacc_uncounted_slot{}.h) - unsafe.Offsetof(uncountedSlot{}.h)]byte
+	_ [unsafe.Offsetof(uncountedSlot{}.h) - unsafe.Offsetof(C.dacc_uncounted_slot{}.h)]byte
 )
 
 // C's slots and the count of those handed out so far (slots[:*top]).
@@ -78,7 +81,8 @@ var uncounted = func() (s struct {
 	return s
 }()
 
-// Settle is csrc/uncounted.c's dacc_uncounted_settle, step for step
+// Settle is csrc/uncounted.c's dacc_uncounted_settle, step for step (a
+// change there is made here too)
 // (dacc_uncounted_count_one for each slot that holds h), in Go over C's
 // slots, with the counts it must give back dropped at the end: a release
 // of a record some thread looked up uncounted (a torch pass's, every one)

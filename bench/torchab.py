@@ -25,10 +25,12 @@ usage: python3 bench/torchab.py [--op pass|backward|cycle|step] [--rounds N] [--
        (make torch-ab first; FILE gets the figures printed)
 """
 import argparse
+import atexit
 import ctypes
 import json
 import os
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -41,9 +43,11 @@ SHIM = os.path.join(BUILD, "libdistautograd_torch_ab.so")
 JOB = os.path.join(ROOT, "torch_backend", "tests")
 NATIVE, BACKEND = 0, 1
 SIDES = ("native", "backend")
-#: Backend context ids start this far past native's, so that a late
-#: cleanup message of one side can never name a live context of the other.
-ID_GAP = 100000
+#: Backend context ids start past every id native's side will make (and at
+#: least this far), so that a late cleanup message of one side (one that
+#: lands after the switch, SETTLE_S later) can never name a live context of
+#: the other.
+MIN_ID_GAP = 100000
 #: (K calls a batch, default batches a chunk) per operation.
 OPS = {"pass": (1, 40), "backward": (1, 20), "cycle": (50, 40), "step": (1, 10)}
 #: A pause before each switch: every cleanup message of the chunk before is
@@ -65,7 +69,7 @@ def switch(side, timed):
 def take():
     """Each member's (ticks, calls) since the last take."""
     lib = ab()
-    buf = (ctypes.c_ulong * 64)()
+    buf = (ctypes.c_ulong * (2 * lib.dat_ab_take(None)))()
     n = lib.dat_ab_take(buf)
     lib.dat_ab_name.restype = ctypes.c_char_p
     return {lib.dat_ab_name(i).decode(): (buf[2 * i], buf[2 * i + 1]) for i in range(n)}
@@ -127,6 +131,10 @@ def free_port():
 
 
 def helper(rank, port):
+    # Dies with worker 0's process, whatever ends it.
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:
+        sys.exit("torchab: worker 0 is gone")
     import torch.distributed.rpc as rpc
 
     sys.path.insert(0, JOB)
@@ -174,6 +182,7 @@ def main():
 
         helpers = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(r), port])
                    for r in (1, 2)]
+        atexit.register(lambda: [h.kill() for h in helpers if h.poll() is None])
         opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=60)
         rpc.init_rpc("w0", rank=0, world_size=tj.WORLD, rpc_backend_options=opts)
         workers = ["w0", "w1", "w2"]
@@ -217,51 +226,47 @@ def main():
     def on_all(f, *a):
         return {w: f(*a) if w == "w0" else rpc.rpc_sync(w, f, args=a) for w in workers}
 
-    try:
-        for w, last in on_all(burn, ID_GAP).items():
-            if last < 0:
-                raise RuntimeError("%s: no ids burned" % w)
-        rate = ticks_per_ns()
-        clock = time.perf_counter_ns
-        ratios, medians = [], {NATIVE: [], BACKEND: []}
-        members = {NATIVE: {}, BACKEND: {}}
-        cpu = {NATIVE: {}, BACKEND: {}}
-        for r in range(args.rounds):
-            got = {}
-            for side in ((NATIVE, BACKEND) if r % 2 == 0 else (BACKEND, NATIVE)):
-                time.sleep(SETTLE_S)
-                on_all(switch, side, timed)
+    gap = max(MIN_ID_GAP, args.rounds * (batches + 1) * k + 1)
+    for w, last in on_all(burn, gap).items():
+        if last < 0:
+            raise RuntimeError("%s: no ids burned" % w)
+    rate = ticks_per_ns()
+    clock = time.perf_counter_ns
+    ratios, medians = [], {NATIVE: [], BACKEND: []}
+    members = {NATIVE: {}, BACKEND: {}}
+    cpu = {NATIVE: {}, BACKEND: {}}
+    for r in range(args.rounds):
+        got = {}
+        for side in ((NATIVE, BACKEND) if r % 2 == 0 else (BACKEND, NATIVE)):
+            time.sleep(SETTLE_S)
+            on_all(switch, side, timed)
+            for _ in range(k):
+                fn()
+            before = on_all(threads)
+            on_all(take)
+            figures = []
+            for _ in range(batches):
+                t0 = clock()
                 for _ in range(k):
                     fn()
-                before = on_all(threads)
-                on_all(take)
-                figures = []
-                for _ in range(batches):
-                    t0 = clock()
-                    for _ in range(k):
-                        fn()
-                    figures.append((clock() - t0) / k)
-                taken = on_all(take)
-                after = on_all(threads)
-                got[side] = statistics.median(figures)
-                medians[side].append(got[side])
-                for w in workers:
-                    for name, (ticks, calls) in taken[w].items():
-                        m = members[side].setdefault((w, name), [0, 0])
-                        m[0] += ticks
-                        m[1] += calls
-                    for tid, (cls, run, wait, n) in after[w].items():
-                        b = before[w].get(tid, (cls, 0, 0, 0))
-                        c = cpu[side].setdefault((w, cls), [0, 0, 0])
-                        c[0] += run - b[1]
-                        c[1] += wait - b[2]
-                        c[2] += n - b[3]
-            ratios.append(got[BACKEND] / got[NATIVE])
-        on_all(switch, BACKEND, False)
-    except BaseException:
-        for h in helpers:
-            h.kill()
-        raise
+                figures.append((clock() - t0) / k)
+            taken = on_all(take)
+            after = on_all(threads)
+            got[side] = statistics.median(figures)
+            medians[side].append(got[side])
+            for w in workers:
+                for name, (ticks, calls) in taken[w].items():
+                    m = members[side].setdefault((w, name), [0, 0])
+                    m[0] += ticks
+                    m[1] += calls
+                for tid, (cls, run, wait, n) in after[w].items():
+                    b = before[w].get(tid, (cls, 0, 0, 0))
+                    c = cpu[side].setdefault((w, cls), [0, 0, 0])
+                    c[0] += run - b[1]
+                    c[1] += wait - b[2]
+                    c[2] += n - b[3]
+        ratios.append(got[BACKEND] / got[NATIVE])
+    on_all(switch, BACKEND, False)
     ops = args.rounds * batches * k
     boot = sorted(statistics.median(random.choices(ratios, k=len(ratios))) for _ in range(2000))
     print("torchab: %s, %d rounds of %d x %d, torch %s" % (args.op, args.rounds, batches, k, torch.__version__))

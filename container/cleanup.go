@@ -298,7 +298,9 @@ func (c *FanoutQueue) FirstAttemptInline() bool { return c.inline.Load() }
 
 // Release queues one message per worker; it never blocks, but for
 // the first attempts it makes itself when they are inline (see
-// SetFirstAttemptInline), which take what the SendFunc takes.
+// SetFirstAttemptInline), which take what the SendFunc takes. It keeps no
+// reference to workers once it returns (the container hands it a
+// caller's slice, on the caller's stack).
 func (c *FanoutQueue) Release(contextID int64, workers []uint16) {
 	if c.send.Load() == nil {
 		c.skipped.Add(int64(len(workers)))

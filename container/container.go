@@ -57,7 +57,7 @@ const cacheLine = layout.CacheLine
 
 // Fanout is told, outside every lock, which known workers of a released
 // context must release their copies. It must not block: see FanoutQueue for the
-// queueing, retrying implementation.
+// queueing, retrying implementation. The workers slice is its own to keep.
 type Fanout interface {
 	Release(contextID int64, workers []uint16)
 }

@@ -45,7 +45,6 @@
 #include "records.h"
 #include "uncounted.h"
 
-
 static dacc_uncounted_slot slots[DACC_UNCOUNTED_SLOTS];
 static uint32_t slots_top; /* slots handed out so far: what a settle reads */
 static uint32_t free_slots[DACC_UNCOUNTED_SLOTS]; /* of threads that exited */
@@ -60,6 +59,8 @@ dacc_uncounted_slot dacc_uncounted_unassigned;
 dacc_uncounted_slot dacc_no_uncounted;
 DACC_TLS dacc_uncounted_slot *dacc_tls_uncounted = &dacc_uncounted_unassigned;
 
+/* Go's release settles with these same steps over the same slots
+** (export_hooks.go: Settle): a change here is made there too. */
 int dacc_uncounted_count_one(dacc_uncounted_slot *s, uint64_t h) {
 	uint32_t gen;
 	dacc_record *r = dacc_record_of(__atomic_load_n(&dacc_records, __ATOMIC_ACQUIRE), h, &gen);

@@ -258,9 +258,11 @@ DAT_SYMBOLS(X_WDECL)
 static void *const wraps[DAT_NSYMS] = {DAT_SYMBOLS(X_WADDR)};
 
 /* Points the public members at the backend (backend != 0) or at libtorch,
-** timed through ab.S's wrappers when timed != 0; libtorch's own
-** sendReleaseContextRpc and eraseContextIdAndReset (timed too) serve
-** libtorch's side. -1: the backend does not serve this process. */
+** timed through ab.S's wrappers when timed != 0. libtorch's
+** sendReleaseContextRpc and eraseContextIdAndReset are timed too, on both
+** sides: on the backend's none may run (its sendReleaseContextRpc is the
+** no-op), which shows that the switch took. -1: the backend does not
+** serve this process. */
 __attribute__((visibility("default"))) int dat_ab_switch(int backend, int timed) {
 	if (!__atomic_load_n(&active, __ATOMIC_ACQUIRE))
 		return -1;
@@ -268,7 +270,7 @@ __attribute__((visibility("default"))) int dat_ab_switch(int backend, int timed)
 		void *to = i < DAT_PRIVATE_FIRST ? (backend ? served_fn[i] : real[i]) : real[i];
 		if (backend && i == DAT_IDX_SEND_RELEASE)
 			to = (void *)dat_noop;
-		int wrapped = timed && (i < DAT_PRIVATE_FIRST || (!backend && i >= DAT_IDX_SEND_RELEASE));
+		int wrapped = timed && (i < DAT_PRIVATE_FIRST || i >= DAT_IDX_SEND_RELEASE);
 		if (i >= DAT_PRIVATE_FIRST && i < DAT_IDX_SEND_RELEASE)
 			continue; /* libtorch's, as find_real set them */
 		__atomic_store_n(&dat_ab_target[i], to, __ATOMIC_RELEASE);
@@ -279,9 +281,9 @@ __attribute__((visibility("default"))) int dat_ab_switch(int backend, int timed)
 
 /* Copies each member's time stamp counter ticks and calls since the last
 ** call into out (2 * DAT_NSYMS: ticks, calls), and starts them over;
-** returns DAT_NSYMS. */
+** returns DAT_NSYMS (out NULL: that alone). */
 __attribute__((visibility("default"))) int dat_ab_take(unsigned long *out) {
-	for (int i = 0; i < 2 * DAT_NSYMS; i++)
+	for (int i = 0; out != NULL && i < 2 * DAT_NSYMS; i++)
 		out[i] = __atomic_exchange_n(&dat_ab_ticks[i], 0, __ATOMIC_RELAXED);
 	return DAT_NSYMS;
 }

@@ -5,7 +5,8 @@ Its figures are not asserted (they are measurements). What is asserted is
 what its tables rest on: on the native side every member torch calls is
 libtorch's (its own release sends the cleanup message through its
 sendReleaseContextRpc and erases through eraseContextIdAndReset), on the
-backend side none of libtorch's private members runs, both sides make the
+backend side none of libtorch's private members runs (both are timed on
+both sides, so a switch that did not take shows), both sides make the
 same public calls, and each side's op is timed.
 """
 from __future__ import annotations
@@ -62,6 +63,9 @@ class TestTorchAB(BackendTest):
             self.assertNotIn("%s eraseContextIdAndReset" % w, backend)
         self.assertEqual(native["w0 newContext"][0], 1.0)
         self.assertEqual(backend["w0 newContext"][0], 1.0)
+        self.assertEqual(native["w0 sendReleaseContextRpc"][0], 1.0, native)
+        self.assertNotIn("w0 sendReleaseContextRpc", backend)
+        self.assertNotIn("w0 eraseContextIdAndReset", backend)
 
 
 if __name__ == "__main__":
