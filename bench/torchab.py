@@ -31,16 +31,17 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torchbench  # noqa: E402
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 BUILD = os.path.join(ROOT, "build")
 SHIM = os.path.join(BUILD, "libdistautograd_torch_ab.so")
-JOB = os.path.join(ROOT, "torch_backend", "tests")
 NATIVE, BACKEND = 0, 1
 SIDES = ("native", "backend")
 #: Backend context ids start past every id native's side will make (and at
@@ -122,14 +123,6 @@ def ticks_per_ns():
     return lib.dat_ab_ticks_per_ns()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return str(port)
-
-
 def helper(rank, port):
     # Dies with worker 0's process, whatever ends it.
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -137,12 +130,7 @@ def helper(rank, port):
         sys.exit("torchab: worker 0 is gone")
     import torch.distributed.rpc as rpc
 
-    sys.path.insert(0, JOB)
-    import train_job as tj
-
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
-    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=60)
-    rpc.init_rpc("w%d" % rank, rank=rank, world_size=tj.WORLD, rpc_backend_options=opts)
+    torchbench.init_train_rpc(rank, port)
     rpc.shutdown()
 
 
@@ -168,60 +156,21 @@ def main():
     timed = not args.untimed
 
     import torch
-    import torch.distributed.autograd as da
     import torch.distributed.rpc as rpc
 
-    port = free_port()
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
+    port = torchbench.free_port()
     helpers = []
     if args.op == "step":
-        sys.path.insert(0, JOB)
-        from torch.distributed.optim import DistributedOptimizer
-
-        import train_job as tj
-
         helpers = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(r), port])
                    for r in (1, 2)]
         atexit.register(lambda: [h.kill() for h in helpers if h.poll() is None])
-        opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=60)
-        rpc.init_rpc("w0", rank=0, world_size=tj.WORLD, rpc_backend_options=opts)
+        fn = torchbench.training_step(torchbench.init_train_rpc(0, port))
         workers = ["w0", "w1", "w2"]
-        near, far = "w1", "w2"
-        rref1 = rpc.remote(near, tj.make_linear, args=(8, 16, 100))
-        rref2 = rpc.remote(far, tj.make_linear, args=(16, 4, 200))
-        local = tj.make_linear(4, 1, 300)
-        params = rpc.rpc_sync(near, tj.param_rrefs, args=(rref1,)) + rpc.rpc_sync(far, tj.param_rrefs, args=(rref2,))
-        params += [rpc.RRef(p) for p in local.parameters()]
-        opt = DistributedOptimizer(torch.optim.SGD, params, lr=0.01)
-        g = torch.Generator().manual_seed(0)
-        x, target = torch.randn(5, 8, generator=g), torch.randn(5, 1, generator=g)
-
-        def fn():
-            with da.context() as cid:
-                h = rpc.rpc_sync(near, tj.first, args=(rref1, rref2, x, far, "w0"))
-                h2 = rpc.rpc_async(far, torch.add, args=(h, 1.0)).wait()
-                loss = ((local(h2) - target) ** 2).mean()
-                da.backward(cid, [loss])
-                opt.step(cid)
     else:
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
         rpc.init_rpc("w0", rank=0, world_size=1)
+        fn = torchbench.one_worker_ops()[args.op]
         workers = ["w0"]
-        t = torch.ones(4, requires_grad=True)
-
-        def rpc_pass():
-            with da.context():
-                rpc.rpc_sync("w0", torch.add, args=(t, t))
-
-        def backward_pass():
-            with da.context() as cid:
-                y = rpc.rpc_sync("w0", torch.add, args=(t, t))
-                da.backward(cid, [y.sum()])
-
-        def cycle():
-            with da.context():
-                pass
-
-        fn = {"pass": rpc_pass, "backward": backward_pass, "cycle": cycle}[args.op]
 
     def on_all(f, *a):
         return {w: f(*a) if w == "w0" else rpc.rpc_sync(w, f, args=a) for w in workers}

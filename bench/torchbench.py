@@ -111,14 +111,14 @@ def check_served(backend):
                  % ("backend" if backend else "native", "served" if served else "not served", why))
 
 
-def worker(backend):
+def one_worker_ops():
+    """The operations of a one-worker agent "w0" (started): {key: function}
+    for the pass, pass + backward and the cycle (bench/torchab.py times
+    them too)."""
     import torch
     import torch.distributed.autograd as da
     import torch.distributed.rpc as rpc
 
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", free_port()
-    rpc.init_rpc("w0", rank=0, world_size=1)
-    check_served(backend)
     t = torch.ones(4, requires_grad=True)
 
     def rpc_pass():
@@ -134,6 +134,60 @@ def worker(backend):
         with da.context():
             pass
 
+    return {"pass": rpc_pass, "backward": backward_pass, "cycle": cycle}
+
+
+def init_train_rpc(rank, port):
+    """Starts worker rank's agent of the training job (train_job.py, which
+    it returns: its functions travel by name, so every worker imports it)."""
+    sys.path.insert(0, JOB)
+    import torch.distributed.rpc as rpc
+
+    import train_job as tj
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
+    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=60)
+    rpc.init_rpc("w%d" % rank, rank=rank, world_size=tj.WORLD, rpc_backend_options=opts)
+    return tj
+
+
+def training_step(tj):
+    """Worker 0's training step (the job's agents started): sets up the
+    model across the three workers and returns the step's function."""
+    import torch
+    import torch.distributed.autograd as da
+    import torch.distributed.rpc as rpc
+    from torch.distributed.optim import DistributedOptimizer
+
+    near, far = "w1", "w2"
+    rref1 = rpc.remote(near, tj.make_linear, args=(8, 16, 100))
+    rref2 = rpc.remote(far, tj.make_linear, args=(16, 4, 200))
+    local = tj.make_linear(4, 1, 300)
+    params = rpc.rpc_sync(near, tj.param_rrefs, args=(rref1,)) + rpc.rpc_sync(far, tj.param_rrefs, args=(rref2,))
+    params += [rpc.RRef(p) for p in local.parameters()]
+    opt = DistributedOptimizer(torch.optim.SGD, params, lr=0.01)
+    g = torch.Generator().manual_seed(0)
+    x, target = torch.randn(5, 8, generator=g), torch.randn(5, 1, generator=g)
+
+    def step():
+        with da.context() as cid:
+            h = rpc.rpc_sync(near, tj.first, args=(rref1, rref2, x, far, "w0"))
+            h2 = rpc.rpc_async(far, torch.add, args=(h, 1.0)).wait()
+            loss = ((local(h2) - target) ** 2).mean()
+            da.backward(cid, [loss])
+            opt.step(cid)
+
+    return step
+
+
+def worker(backend):
+    import torch.distributed.autograd as da
+    import torch.distributed.rpc as rpc
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", free_port()
+    rpc.init_rpc("w0", rank=0, world_size=1)
+    check_served(backend)
+    ops = one_worker_ops()
     held = []
 
     @contextlib.contextmanager
@@ -142,46 +196,19 @@ def worker(backend):
             held[:] = [cid]
             yield
 
-    serve({"pass": (rpc_pass, contextlib.nullcontext), "backward": (backward_pass, contextlib.nullcontext),
-           "cycle": (cycle, contextlib.nullcontext), "retrieve": (lambda: da._retrieve_context(held[0]), a_context),
+    serve({"pass": (ops["pass"], contextlib.nullcontext), "backward": (ops["backward"], contextlib.nullcontext),
+           "cycle": (ops["cycle"], contextlib.nullcontext), "retrieve": (lambda: da._retrieve_context(held[0]), a_context),
            "current": (da._current_context, a_context)}, sys.stdout)
     rpc.shutdown()
 
 
 def train_worker(backend, rank, port):
-    # train_job's functions travel by name: every worker imports the module.
-    sys.path.insert(0, JOB)
-    import torch
-    import torch.distributed.autograd as da
     import torch.distributed.rpc as rpc
-    from torch.distributed.optim import DistributedOptimizer
 
-    import train_job as tj
-
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", port
-    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=60)
-    rpc.init_rpc("w%d" % rank, rank=rank, world_size=tj.WORLD, rpc_backend_options=opts)
+    tj = init_train_rpc(rank, port)
     check_served(backend)
     if rank == 0:
-        near, far = "w1", "w2"
-        rref1 = rpc.remote(near, tj.make_linear, args=(8, 16, 100))
-        rref2 = rpc.remote(far, tj.make_linear, args=(16, 4, 200))
-        local = tj.make_linear(4, 1, 300)
-        params = rpc.rpc_sync(near, tj.param_rrefs, args=(rref1,)) + rpc.rpc_sync(far, tj.param_rrefs, args=(rref2,))
-        params += [rpc.RRef(p) for p in local.parameters()]
-        opt = DistributedOptimizer(torch.optim.SGD, params, lr=0.01)
-        g = torch.Generator().manual_seed(0)
-        x, target = torch.randn(5, 8, generator=g), torch.randn(5, 1, generator=g)
-
-        def step():
-            with da.context() as cid:
-                h = rpc.rpc_sync(near, tj.first, args=(rref1, rref2, x, far, "w0"))
-                h2 = rpc.rpc_async(far, torch.add, args=(h, 1.0)).wait()
-                loss = ((local(h2) - target) ** 2).mean()
-                da.backward(cid, [loss])
-                opt.step(cid)
-
-        serve({"step": (step, contextlib.nullcontext)}, sys.stdout)
+        serve({"step": (training_step(tj), contextlib.nullcontext)}, sys.stdout)
     rpc.shutdown()
 
 
