@@ -81,10 +81,10 @@ var uncounted = func() (s struct {
 	return s
 }()
 
-// Settle is csrc/uncounted.c's dacc_uncounted_settle, step for step (a
-// change there is made here too)
-// (dacc_uncounted_count_one for each slot that holds h), in Go over C's
-// slots, with the counts it must give back dropped at the end: a release
+// Settle is csrc/uncounted.c's dacc_uncounted_settle, step for step
+// (dacc_uncounted_count_one for each slot that holds h; a change there is
+// made here too), in Go over C's slots, with the counts it must give back
+// dropped at the end: a release
 // of a record some thread looked up uncounted (a torch pass's, every one)
 // would otherwise call from Go into C under its shard lock, which cost a
 // pass's release 0.5 us and a training step's 3.5 us when cold.

@@ -48,10 +48,9 @@ func (f *fakeUncounted) Settle(h uint64, state *atomic.Uint64) {
 		panic("Settle was not given h's state word")
 	}
 	for ; f.held[h] > 0; f.held[h]-- {
-		st := state
-		st.Add(1)
+		state.Add(1)
 		if f.dropWhileSettled {
-			st.Add(^uint64(0))
+			state.Add(^uint64(0))
 		}
 	}
 }

@@ -32,7 +32,6 @@ extern void *dat_fn[DAT_NSYMS];
 extern void dat_noop(void);
 
 #define X_NAME(i, name, sym) #sym,
-#define X_NAME_SHORT(i, name, sym) #name,
 static const char *const sym_names[DAT_NSYMS] = {DAT_SYMBOLS(X_NAME)};
 
 #define X_DECL(i, name, sym) extern char sym[];
@@ -267,14 +266,13 @@ __attribute__((visibility("default"))) int dat_ab_switch(int backend, int timed)
 	if (!__atomic_load_n(&active, __ATOMIC_ACQUIRE))
 		return -1;
 	for (int i = 0; i < DAT_NSYMS; i++) {
-		void *to = i < DAT_PRIVATE_FIRST ? (backend ? served_fn[i] : real[i]) : real[i];
-		if (backend && i == DAT_IDX_SEND_RELEASE)
-			to = (void *)dat_noop;
-		int wrapped = timed && (i < DAT_PRIVATE_FIRST || i >= DAT_IDX_SEND_RELEASE);
 		if (i >= DAT_PRIVATE_FIRST && i < DAT_IDX_SEND_RELEASE)
 			continue; /* libtorch's, as find_real set them */
+		void *to = backend && i < DAT_PRIVATE_FIRST ? served_fn[i] : real[i];
+		if (backend && i == DAT_IDX_SEND_RELEASE)
+			to = (void *)dat_noop;
 		__atomic_store_n(&dat_ab_target[i], to, __ATOMIC_RELEASE);
-		__atomic_store_n(&dat_fn[i], wrapped ? wraps[i] : to, __ATOMIC_RELEASE);
+		__atomic_store_n(&dat_fn[i], timed ? wraps[i] : to, __ATOMIC_RELEASE);
 	}
 	return 0;
 }
@@ -306,6 +304,7 @@ __attribute__((visibility("default"))) double dat_ab_ticks_per_ns(void) {
 }
 
 /* The member names, in the order of dat_ab_take's pairs. */
+#define X_NAME_SHORT(i, name, sym) #name,
 __attribute__((visibility("default"))) const char *dat_ab_name(int i) {
 	static const char *const names[DAT_NSYMS] = {DAT_SYMBOLS(X_NAME_SHORT)};
 	return i >= 0 && i < DAT_NSYMS ? names[i] : NULL;
