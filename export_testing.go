@@ -9,6 +9,7 @@ package main
 import "C"
 
 import (
+	"runtime"
 	"sync"
 
 	"distautograd/container"
@@ -25,6 +26,17 @@ const countCalls = true
 //export dacgo_testing_go_calls
 func dacgo_testing_go_calls(out *C.int64_t) {
 	*out = C.int64_t(goCalls.Load())
+}
+
+// dacgo_testing_go_mallocs is the Go side of dactest_go_mallocs: how many
+// heap objects Go has allocated so far (runtime.MemStats.Mallocs, exact:
+// reading it flushes every P's cache).
+//
+//export dacgo_testing_go_mallocs
+func dacgo_testing_go_mallocs(out *C.int64_t) {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	*out = C.int64_t(m.Mallocs)
 }
 
 // dacgo_testing_set_counter_offsets is the Go side of csrc/testing.c's

@@ -62,3 +62,21 @@ func TestCallsServedWithoutGo(t *testing.T) {
 		dac_context_unref(ctx) -> DAC_OK, calls into Go: 1
 	`, runEnv(t, env, bin).Stdout)
 }
+
+// A release that brings its workers allocates nothing in Go through the C
+// ABI (export.go converts a pass's few workers on the stack; the container
+// hands the sender the caller's slice), counted by the testing build; a
+// release with more workers than the stack holds still tells them all.
+func TestReleaseWithWorkersAllocatesNothingC(t *testing.T) {
+	t.Parallel()
+	env := testingEnv(t)
+	bin := buildC(t, "c/release_allocs.c", "-ldl")
+	r := runEnv(t, env, bin)
+	t.Log(r.Stderr)
+	assertTranscript(t, `
+		every context released: yes
+		messages sent inline: 416 of 416
+		fewer than one allocation in ten releases: yes
+		nine workers: released 1, messages sent 425
+	`, r.Stdout)
+}

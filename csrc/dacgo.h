@@ -74,6 +74,7 @@ int dacgo_context_host_value(uint64_t h, uint64_t *out, dacc_error_slot *e);
 #ifdef DACC_TESTING
 int dacgo_testing_set_counter_offsets(int64_t ctx_offset, int64_t msg_offset, dacc_error_slot *e);
 void dacgo_testing_go_calls(int64_t *out);
+void dacgo_testing_go_mallocs(int64_t *out);
 int dacgo_testing_age_record(uint64_t h, uint32_t generation, dacc_error_slot *e);
 int dacgo_testing_use_manual_clock(dacc_error_slot *e);
 int dacgo_testing_advance_clock(int64_t ms, dacc_error_slot *e);

@@ -29,6 +29,17 @@ int64_t dactest_go_calls(void) {
 	return n;
 }
 
+/* How many heap objects Go has allocated so far (exact: it flushes every
+** P's cache, and stops the world to; tests only): a test brackets calls
+** with two and learns whether they allocate in Go. */
+int64_t dactest_go_mallocs(void);
+
+int64_t dactest_go_mallocs(void) {
+	int64_t n = 0;
+	dacgo_testing_go_mallocs(&n);
+	return n;
+}
+
 /* Moves the record of a dead handle on to generation, as if it had lived
 ** that many more lives, so that tests reach a generation's wrap without
 ** 2^32 of them (container: AgeRecord). */
