@@ -16,7 +16,7 @@ import (
 )
 
 // countCalls: the testing build counts the calls from C into Go (every
-// dacgo_* function but the counter's own), so that tests can check which
+// dacgo_* function but the testing counters' own), so that tests can check which
 // calls C serves without one.
 const countCalls = true
 

@@ -77,6 +77,6 @@ func TestReleaseWithWorkersAllocatesNothingC(t *testing.T) {
 		every context released: yes
 		messages sent inline: 416 of 416
 		fewer than one allocation in ten releases: yes
-		nine workers: released 1, messages sent 425
+		nine workers: released 1, messages sent 425, pending 0
 	`, r.Stdout)
 }

@@ -29,9 +29,9 @@ int64_t dactest_go_calls(void) {
 	return n;
 }
 
-/* How many heap objects Go has allocated so far (exact: it flushes every
-** P's cache, and stops the world to; tests only): a test brackets calls
-** with two and learns whether they allocate in Go. */
+/* How many heap objects Go has allocated so far, exactly: it flushes every
+** P's cache, stopping the world to do so (tests only). A test brackets
+** calls with two and learns whether they allocate in Go. */
 int64_t dactest_go_mallocs(void);
 
 int64_t dactest_go_mallocs(void) {
