@@ -416,7 +416,7 @@ TORCH_ROOT_RELEASE := trixie
 TORCH_ROOT  := $(shell scripts/torch-root path $(TORCH_ROOT_RELEASE) 2>/dev/null)
 ROOT_TORCHES := $(if $(TORCH_ROOT),$(filter-out $(HOST_TORCHES),2.6))
 TORCH_IMPLS := $(foreach v,$(HOST_TORCHES) $(ROOT_TORCHES),$(call TORCH_IMPL,$(v)))
-IMPL_SOURCES := torch_backend/impl.cpp torch_backend/symbols.h torch_backend/impl.map include/distautograd.h $(LIB)
+IMPL_SOURCES := torch_backend/impl.cpp torch_backend/say.h torch_backend/symbols.h torch_backend/impl.map include/distautograd.h $(LIB)
 # torch 1.13 logs through glog (its impl writes two of torch's log lines
 # through it); Debian's torch 2.6 is built without glog (c10 logs itself).
 IMPL_LIBS_1.13 := -lglog
@@ -432,13 +432,13 @@ $(LAUNCHER): packaging/distautograd-torch.in $(LAUNCHER_PY)
 	@cp $(LAUNCHER_PY) $(BUILD)/launcher/
 	@$(call LAUNCHER_SUBST,$(CURDIR)/$(BUILD)/launcher,$(CURDIR)/$(BUILD)) > $@.tmp
 	@chmod 755 $@.tmp && mv $@.tmp $@
-$(TORCH_SHIM): torch_backend/shim.S torch_backend/shim.c torch_backend/symbols.h torch_backend/shim.map
+$(TORCH_SHIM): torch_backend/shim.S torch_backend/shim.c torch_backend/say.h torch_backend/symbols.h torch_backend/shim.map
 	@mkdir -p $(BUILD)
 	@echo "cc $@"
 	@$(CC) -std=gnu11 -O2 -fPIC -Wall -Wextra -Werror -shared -o $@ torch_backend/shim.S torch_backend/shim.c \
 	  -Wl,--version-script=torch_backend/shim.map -Wl,-z,now -Wl,-z,noexecstack
 torch-ab: $(TORCH_AB_SHIM) $(TORCH_IMPLS) ## build/libdistautograd_torch_ab.so: the shim that switches one process between torch's container and the backend, for bench/torchab.py
-$(TORCH_AB_SHIM): torch_backend/shim.S torch_backend/ab.S torch_backend/shim.c torch_backend/symbols.h torch_backend/shim.map
+$(TORCH_AB_SHIM): torch_backend/shim.S torch_backend/ab.S torch_backend/shim.c torch_backend/say.h torch_backend/symbols.h torch_backend/shim.map
 	@mkdir -p $(BUILD)
 	@echo "cc $@"
 	@$(CC) -std=gnu11 -O2 -fPIC -Wall -Wextra -Werror -DDAT_AB -shared -o $@ torch_backend/shim.S torch_backend/ab.S \

@@ -63,6 +63,7 @@
 
 #include <distautograd.h>
 
+#include "say.h"
 #include "symbols.h"
 
 #ifndef DAT_TORCH_VERSION
@@ -371,7 +372,7 @@ void mark_gone(int worker, const std::string& why) {
   if (gone_bits[worker >> 6].fetch_or(bit) & bit)
     return;
   counts.workers_gone.fetch_add(1, std::memory_order_relaxed);
-  fprintf(stderr, "distautograd-torch: worker %d is gone (%s): no more cleanup messages to it, and the contexts of "
+  dat_say("distautograd-torch: worker %d is gone (%s): no more cleanup messages to it, and the contexts of "
                   "its passes here are released\n", worker, why.c_str());
   {
     std::lock_guard<std::mutex> g(origins_mu);
@@ -539,7 +540,7 @@ bool parse_signal(const char* text, int* out) {
 Settings read_settings() {
   Settings s;
   auto bad = [](const char* name, const char* value, const char* what, const char* instead) {
-    fprintf(stderr, "distautograd-torch: %s=%s is not %s; %s\n", name, value, what, instead);
+    dat_say("distautograd-torch: %s=%s is not %s; %s\n", name, value, what, instead);
   };
   if (const char* v = getenv("DISTAUTOGRAD_REAP_IDLE_MS"); v != nullptr && *v != 0 &&
       !parse_int(v, 1, std::numeric_limits<int64_t>::max() / 1000000, &s.reap_idle_ms))
@@ -768,7 +769,7 @@ void release_dead_origins() {
     if (dac_release_contexts_of_worker(origin, &n) != DAC_OK || n == 0)
       continue;
     counts.orphans_released.fetch_add(n, std::memory_order_relaxed);
-    fprintf(stderr, "distautograd-torch: released the %lld %s of worker %d's passes held here (it is gone: %s)\n",
+    dat_say("distautograd-torch: released the %lld %s of worker %d's passes held here (it is gone: %s)\n",
             static_cast<long long>(n), n == 1 ? "context" : "contexts", origin, why.c_str());
   }
 }
@@ -822,7 +823,7 @@ void start_checker(int64_t worker) {
   if (!settings.dead_workers && !signal_wanted)
     return;
   if (pipe2(wake_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-    fprintf(stderr, "distautograd-torch: no pipe for the origin check (%s): it does not run\n", strerror(errno));
+    dat_say("distautograd-torch: no pipe for the origin check (%s): it does not run\n", strerror(errno));
     return;
   }
   if (signal_wanted) {
@@ -883,7 +884,7 @@ void ensure_torch_container(int64_t worker) {
   // DISTAUTOGRAD_MAX_CONTEXTS=N caps live contexts: past it torch gets a
   // RuntimeError instead of growing without bound.
   if (settings.max_contexts >= 0 && dac_set_max_contexts(settings.max_contexts) != DAC_OK)
-    fprintf(stderr, "distautograd-torch: DISTAUTOGRAD_MAX_CONTEXTS=%lld: %s; no cap\n", settings.max_contexts,
+    dat_say("distautograd-torch: DISTAUTOGRAD_MAX_CONTEXTS=%lld: %s; no cap\n", settings.max_contexts,
             dac_last_error());
   start_reaper();
   dead_workers_on.store(settings.dead_workers, std::memory_order_relaxed);

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "say.h"
 #include "symbols.h"
 
 extern void *dat_fn[DAT_NSYMS];
@@ -129,8 +130,7 @@ static void go_inert(const char *why) {
 	for (int i = 0; i < DAT_NSYMS; i++)
 		if (real[i] != NULL)
 			__atomic_store_n(&dat_fn[i], real[i], __ATOMIC_RELEASE);
-	fprintf(stderr,
-	        "distautograd-torch: %s; torch keeps its own distributed autograd container (distautograd is NOT "
+	dat_say("distautograd-torch: %s; torch keeps its own distributed autograd container (distautograd is NOT "
 	        "in use in this process)\n",
 	        why);
 }
@@ -164,7 +164,7 @@ static void decide(void) {
 		sim = NULL;
 	if (torch_handle == NULL) {
 		/* Nothing else defines the container: no call can be forwarded. */
-		fprintf(stderr, "distautograd-torch: no loaded library defines torch's DistAutogradContainer; cannot "
+		dat_say("distautograd-torch: no loaded library defines torch's DistAutogradContainer; cannot "
 		                "serve or forward %s\n", sym_names[0]);
 		abort();
 	}

@@ -608,6 +608,31 @@ class TestServedLine(BackendTest):
         # A job that never makes a container call.
         self.assertEqual(self.job(PYTHON, "-c", "import torch"), (0, "", []))
 
+    def test_line_in_one_write(self) -> None:
+        # The processes of a job share stderr: each of the backend's lines
+        # goes in one write (torch_backend/say.h), or another process's line
+        # can land inside it (Debian 13's glibc writes a printf to stderr in
+        # pieces of 128 bytes). A packet-mode pipe hands each write to one read.
+        r, w = os.pipe2(os.O_DIRECT)
+        code = "import torch.distributed.autograd as da\ntry:\n    da._get_max_id()\nexcept RuntimeError:\n    pass\n"
+        try:
+            p = subprocess.Popen([PYTHON, "-c", code], stderr=w, cwd=self.tmp,
+                                 env=env(True, DISTAUTOGRAD_TORCH_SIMULATE_MISMATCH="soname"))
+        finally:
+            os.close(w)
+        writes = []
+        with os.fdopen(r, "rb") as f:
+            while True:
+                got = os.read(f.fileno(), 65536)
+                if not got:
+                    break
+                writes.append(got.decode())
+        self.assertEqual(p.wait(timeout=TIMEOUT), 0, writes)
+        ours = [x for x in writes if x.startswith("distautograd-torch: ")]
+        self.assertEqual(len(ours), 1, writes)
+        self.assertTrue(ours[0].endswith("(distautograd is NOT in use in this process)\n"), writes)
+        self.assertGreater(len(ours[0]), 128, "a line longer than glibc's pieces")
+
     def test_notify_names_one_variable(self) -> None:
         # The shim reads the variable the launcher sets (symbols.h).
         with open(os.path.join(ROOT, "torch_backend", "symbols.h"), encoding="utf-8") as f:
