@@ -16,8 +16,8 @@ import (
 )
 
 // countCalls: the testing build counts the calls from C into Go (every
-// dacgo_* function but the testing counters' own), so that tests can check which
-// calls C serves without one.
+// dacgo_* function but the testing counters' own), so that tests can check
+// which calls C serves without one.
 const countCalls = true
 
 // dacgo_testing_go_calls is the Go side of dactest_go_calls: how many calls

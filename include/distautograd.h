@@ -515,8 +515,9 @@ int dac_set_cleanup_sender_timeout(dac_cleanup_sender sender, void *user_data, i
 ** (dac_context_release, dac_context_release_if_present,
 ** dac_context_release_with_workers, dac_release_contexts_of_worker,
 ** dac_reap_idle_contexts), so they must not take a lock that the releasing
-** caller may hold. It saves waking a library thread per message. nonblocking 0 (the default) restores library threads for every
-** attempt; anything else is DAC_ERR_INVALID_ARGUMENT. Applies to releases
+** caller may hold. It saves waking a library thread per message.
+** nonblocking 0 (the default) restores library threads for every attempt;
+** anything else is DAC_ERR_INVALID_ARGUMENT. Applies to releases
 ** from now on, whatever sender is in force; counters, max_pending,
 ** dac_cleanup_flush, the waits of dac_set_cleanup_sender and the fork gate
 ** cover these attempts alike. May be called before dac_init. */
