@@ -26,6 +26,8 @@
 #define DACC_STATE_REFS ((uint64_t)0x3fffffff)
 /* a state word's generation, and a handle's: the bits from DACC_GEN_SHIFT up (container.GenShift) */
 #define DACC_GEN_SHIFT 32
+/* a context id's run: the bits from DACC_ID_RUN_BITS up; the shard is the run's (container.ContextIDRunBits, Container.shard) */
+#define DACC_ID_RUN_BITS 6
 /* an id's worker: the bits from DACC_ID_WORKER_SHIFT up, which the index's bucket hash folds in (container.AutoIncrementBits, bucketOf) */
 #define DACC_ID_WORKER_SHIFT 48
 /* the coarse clock's bound on how far readers' times lie apart, in ms (container.ClockResolutionMs) */

@@ -214,33 +214,33 @@ func dacgo_set_max_contexts(n C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 	return 0
 }
 
-// thread views the C thread-local current id as a container.Thread: the
-// compile-time check below fails unless a Thread is exactly one int64, so
-// Go never reads or writes past C's dacc_tls_current (csrc/library.h).
-var _ = [1]struct{}{}[unsafe.Sizeof(container.Thread{})-unsafe.Sizeof(C.int64_t(0))]
-
-func thread(current *C.int64_t) *container.Thread {
-	return (*container.Thread)(unsafe.Pointer(current))
-}
-
 // The functions below that hand out a handle are C's slow paths
 // (csrc/contexts.c): it looks contexts up and takes references itself, and
 // comes here for what it cannot decide (a miss, the exact message, a
 // creation).
 
 //export dacgo_context_new
-func dacgo_context_new(current *C.int64_t, out *C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
+func dacgo_context_new(th *C.dacc_thread, out *C.uint64_t, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
 		return fail(e, err)
 	}
-	h, err := c.NewContextHandle(thread(current))
+	t := c.HostThread(int64(th.current), int64(th.run_next))
+	h, err := c.NewContextHandle(&t)
+	setHostThread(th, &t)
 	if err != nil {
 		return fail(e, err)
 	}
 	*out = C.uint64_t(h)
 	return 0
+}
+
+// setHostThread stores what the calling thread keeps of t in its C
+// thread-local state (csrc/library.h: dacc_thread).
+func setHostThread(th *C.dacc_thread, t *container.Thread) {
+	current, runNext := t.HostState()
+	th.current, th.run_next = C.int64_t(current), C.int64_t(runNext)
 }
 
 //export dacgo_context_current
@@ -312,7 +312,7 @@ func dacgo_context_is_valid(id C.int64_t, e *C.dacc_error_slot) (rc C.int) {
 const stackWorkers = 8
 
 //export dacgo_context_release
-func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, workers *C.int32_t, nworkers C.size_t, released *C.int, drop *C.dacc_pending_drop, e *C.dacc_error_slot) (rc C.int) {
+func dacgo_context_release(th *C.dacc_thread, id C.int64_t, ifPresent C.int, workers *C.int32_t, nworkers C.size_t, released *C.int, drop *C.dacc_pending_drop, e *C.dacc_error_slot) (rc C.int) {
 	defer recoverTo(e, &rc)
 	c, err := proc.Get()
 	if err != nil {
@@ -336,7 +336,9 @@ func dacgo_context_release(current *C.int64_t, id C.int64_t, ifPresent C.int, wo
 			also[i] = uint16(w)
 		}
 	}
-	ok, d := c.ReleaseContextWithWorkersDeferred(thread(current), int64(id), also)
+	t := c.HostThread(int64(th.current), int64(th.run_next))
+	ok, d := c.ReleaseContextWithWorkersDeferred(&t, int64(id), also)
+	setHostThread(th, &t)
 	takeDrop(drop, d)
 	if !ok && ifPresent == 0 {
 		return fail(e, c.NotFoundError(int64(id)))

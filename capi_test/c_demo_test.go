@@ -21,7 +21,7 @@ func TestDemo(t *testing.T) {
 		"    [rpc thread] reply from worker 4 for context 844424930131968 [worker 3 #0] (this thread's current context: none);",
 		"    known workers: 4 5",
 		"    cleanup sent to 2 workers: 4 5",
-		"pass 2, on its own thread: new context 844424930131969 [worker 3 #1], now this thread's current (yes)",
+		"pass 2, on its own thread: new context 844424930132032 [worker 3 #64], now this thread's current (yes)",
 		"    cleanup sent to 3 workers: 4 6 7",
 		"    cleanup sent to 1 worker: 5",
 		"    released; this thread's current context id is now -1",

@@ -210,15 +210,15 @@ func TestOpsReapedCurrentContext(t *testing.T) {
 		-- the reaper
 		dac_reap_idle_contexts(0, &n) -> DAC_OK
 		n = 1
-		current_context_id = 844424930131971, has_valid_context = 1
-		dac_context_current(&ctx) -> DAC_ERR_NOT_FOUND: Couldn't find autograd context data for current autograd context id (context 844424930131971: distautograd: it was reaped by dac_reap_idle_contexts, unused for 0 ms or more)
-		dac_context_retrieve(pass_id, &ctx) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131971 (distautograd: it was reaped by dac_reap_idle_contexts, unused for 0 ms or more)
-		dac_context_is_valid(pass_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131971 (distautograd: it was reaped by dac_reap_idle_contexts, unused for 0 ms or more)
+		current_context_id = 844424930131970, has_valid_context = 1
+		dac_context_current(&ctx) -> DAC_ERR_NOT_FOUND: Couldn't find autograd context data for current autograd context id (context 844424930131970: distautograd: it was reaped by dac_reap_idle_contexts, unused for 0 ms or more)
+		dac_context_retrieve(pass_id, &ctx) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131970 (distautograd: it was reaped by dac_reap_idle_contexts, unused for 0 ms or more)
+		dac_context_is_valid(pass_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131970 (distautograd: it was reaped by dac_reap_idle_contexts, unused for 0 ms or more)
 		-- a new pass on this thread
 		dac_context_new(&ctx) -> DAC_OK
-		current_context_id = 844424930131972, has_valid_context = 1
+		current_context_id = 844424930131971, has_valid_context = 1
 		-- second thread: ending the reaped pass resets its current id
-		dac_context_release(pass_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131971 (distautograd: it was reaped by dac_reap_idle_contexts, unused for 0 ms or more)
+		dac_context_release(pass_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131970 (distautograd: it was reaped by dac_reap_idle_contexts, unused for 0 ms or more)
 		current_context_id = -1, has_valid_context = 0
 		dac_context_new_id(&ctx, &id) -> DAC_OK
 		current_context_id = -1, has_valid_context = 0
@@ -227,7 +227,7 @@ func TestOpsReapedCurrentContext(t *testing.T) {
 		num_contexts = 0
 		-- released by another thread: the native stale id
 		dac_context_new(&ctx) -> DAC_ERR_ALREADY_HAS_CONTEXT: Already have an autograd context id for this thread.
-		dac_context_is_valid(pass_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131974
+		dac_context_is_valid(pass_id) -> DAC_ERR_NOT_FOUND: Could not find autograd context with id: 844424930131972
 	`, run(t, buildC(t, "c/ops.c"), "reaped"))
 }
 

@@ -10,7 +10,7 @@ func TestThreadsStress(t *testing.T) {
 	assertTranscript(t, `
 		errors = 0
 		context ids: 800000, all unique: yes, all of worker 3: yes
-		context ids are counters 0..799999: yes
+		context ids from the first, each thread's by the run, at most a run a thread unused: yes
 		message ids: 800000, all unique: yes, all of worker 3: yes
 		num_contexts = 0
 		live_handles = 0
@@ -43,8 +43,8 @@ func TestThreadsIsolation(t *testing.T) {
 		thread: current_context_id = -1, has_valid_context = 0
 		dac_context_current(&ctx) -> `+noCurrent+`
 		dac_context_new(&ctx) -> DAC_OK
-		id = 844424930131969 (worker 3, counter 1)
-		thread: current_context_id = 844424930131969, has_valid_context = 1
+		id = 844424930132032 (worker 3, counter 64)
+		thread: current_context_id = 844424930132032, has_valid_context = 1
 		dac_context_release(id) -> DAC_OK
 		dac_context_unref(ctx) -> DAC_OK
 		-- main again
@@ -57,8 +57,8 @@ func TestThreadsIsolation(t *testing.T) {
 		thread: current_context_id = -1, has_valid_context = 0
 		dac_context_current(&ctx) -> `+noCurrent+`
 		dac_context_new(&ctx) -> DAC_OK
-		id = 844424930131970 (worker 3, counter 2)
-		thread: current_context_id = 844424930131970, has_valid_context = 1
+		id = 844424930132096 (worker 3, counter 128)
+		thread: current_context_id = 844424930132096, has_valid_context = 1
 		dac_context_release(id) -> DAC_OK
 		dac_context_unref(ctx) -> DAC_OK
 		main: current_context_id = 12345, has_valid_context = 1
@@ -111,8 +111,8 @@ func TestThreadsExitWithCurrent(t *testing.T) {
 		thread: current_context_id = -1, has_valid_context = 0
 		dac_context_current(&ctx) -> `+noCurrent+`
 		dac_context_new(&ctx) -> DAC_OK
-		id = 844424930131969 (worker 3, counter 1)
-		thread: current_context_id = 844424930131969, has_valid_context = 1
+		id = 844424930132032 (worker 3, counter 64)
+		thread: current_context_id = 844424930132032, has_valid_context = 1
 		dac_context_release(id) -> DAC_OK
 		dac_context_unref(ctx) -> DAC_OK
 		-- message ids go on after the exited thread's

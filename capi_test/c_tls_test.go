@@ -53,7 +53,7 @@ func TestLoadsAfterAStaticTLSHog(t *testing.T) {
 		hog loaded
 		library loaded
 		main thread: context 281474976710656 made and released; retrieve after: 5, "Could not find autograd context with id: 281474976710656"
-		new thread: context 281474976710657 made and released; retrieve after: 5, "Could not find autograd context with id: 281474976710657"
+		new thread: context 281474976710720 made and released; retrieve after: 5, "Could not find autograd context with id: 281474976710720"
 	`, r.Stdout)
 }
 

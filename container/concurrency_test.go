@@ -50,13 +50,28 @@ func TestConcurrentNewRelease(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	// Exactly the first goroutines*cycles ids of worker 3, each once.
+	// Message ids: exactly the first goroutines*cycles ids of worker 3,
+	// each once.
 	want := make([]int64, goroutines*cycles)
 	for i := range want {
 		want[i] = first3 + int64(i)
 	}
-	assert.Equal(t, want, all(ctxIDs), "context ids")
 	assert.Equal(t, want, all(msgIDs), "message ids")
+	// Context ids: each once, a goroutine's consecutive within each of its
+	// runs (ids.go), and at most a run's worth a goroutine left unused.
+	for g, ids := range ctxIDs {
+		for i := 1; i < len(ids); i++ {
+			if ids[i] != ids[i-1]+1 && ids[i]%container.ContextIDRun != 0 {
+				t.Fatalf("goroutine %d: id %d after %d, neither the next nor a run's first", g, ids[i], ids[i-1])
+			}
+		}
+	}
+	ids := all(ctxIDs)
+	for i := 1; i < len(ids); i++ {
+		require.NotEqual(t, ids[i-1], ids[i], "a context id issued twice")
+	}
+	assert.GreaterOrEqual(t, ids[0], first3)
+	assert.Less(t, ids[len(ids)-1], first3+int64(goroutines*(cycles+container.ContextIDRun)))
 }
 
 // A message naming the same unseen pass arrives on many threads at once: one

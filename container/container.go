@@ -16,9 +16,11 @@ import (
 //
 // Storage: each context has a record (records.go) outside the Go heap, and
 // the records are indexed by id in shards, each a chained hash table under
-// its own RWMutex, picked by the low bits of the id as the native component
-// picks its shards (consecutive ids land in different shards, so threads
-// creating contexts do not contend). C reads the same index without locks.
+// its own lock, picked by the id's run (ids.go): the bits just above the
+// run's, so that threads creating contexts, each from a run of its own,
+// mostly write different shards (the native component picks its shards by
+// the low bits, so that its threads' interleaved ids spread). C reads the
+// same index without locks.
 //
 // Locking: a method takes at most one shard lock at a time and never calls
 // out (to a Fanout, to a host's drop function) while holding it; a
@@ -46,6 +48,12 @@ type Container struct {
 	uncounted  atomic.Pointer[UncountedRefs]
 	shardCount int // as asked for (WithShards), before rounding
 	msgIDs     counter
+	// epoch is the container's number in the process (from 1), which
+	// tells a Thread's run of this container's from another's; runsOver
+	// is set once the counter reached its last run, which ends every
+	// thread's run (nextContextID).
+	epoch    uint64
+	runsOver atomic.Bool
 
 	_      [cacheLine]byte
 	ctxIDs counter
@@ -98,6 +106,7 @@ func New(workerID int64, opts ...Option) (*Container, error) {
 	}
 	c := &Container{worker: int16(workerID), workerID: workerID, shardCount: DefaultShards()}
 	c.ctxIDs.reset(workerID, "context")
+	c.epoch = epochs.Add(1)
 	c.msgIDs.reset(workerID, "autograd message")
 	for _, o := range opts {
 		o(c)
@@ -143,7 +152,13 @@ func (c *Container) initStorage() error {
 // initialBuckets is each shard's first bucket array size.
 const initialBuckets = 64
 
-func (c *Container) shard(id int64) *indexShard { return &c.shards[id&c.mask] }
+// epochs numbers the containers of the process, from 1.
+var epochs atomic.Uint64
+
+// shard is id's shard: its run's (ids.go), so that a run's ids share one.
+func (c *Container) shard(id int64) *indexShard {
+	return &c.shards[id>>ContextIDRunBits&c.mask]
+}
 
 // View returns what the container publishes for C (capi_layout.h:
 // dacc_view), valid for the life of the process.
@@ -291,7 +306,7 @@ func (c *Container) newContext(t *Thread, ref bool) (*Context, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	id, err := c.ctxIDs.take()
+	id, err := c.nextContextID(t)
 	if err != nil {
 		c.live.cancel(res)
 		return nil, 0, err
@@ -312,6 +327,28 @@ func (c *Container) newContext(t *Thread, ref bool) (*Context, uint64, error) {
 	}
 	t.current = id
 	return ctx, h, nil
+}
+
+// nextContextID takes t's next context id: from its run, or from a new
+// run, or, once the counter is in its last run before max_id, from the
+// counter, one at a time. Reaching the last run ends every thread's run
+// (their ids left are never issued), so that all threads find the ids
+// exhausted at once, after every id of the last run, as natively.
+func (c *Container) nextContextID(t *Thread) (int64, error) {
+	if !c.runsOver.Load() {
+		if t.runEpoch == c.epoch && t.runNext%ContextIDRun != 0 {
+			id := t.runNext
+			t.runNext++
+			return id, nil
+		}
+		first, last := c.ctxIDs.takeRun()
+		if !last {
+			t.runNext, t.runEpoch = first+1, c.epoch
+			return first, nil
+		}
+		c.runsOver.Store(true)
+	}
+	return c.ctxIDs.take()
 }
 
 // GetOrCreateContext returns the context stored under id, or stores a new

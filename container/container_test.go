@@ -317,11 +317,16 @@ func TestSetMaxContexts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, container.FirstID(5), got.ID())
 
-	// A refused NewContext took no id.
+	// A refused NewContext took no id, nor a run: th's run goes on, and
+	// other's is the next one.
 	require.NoError(t, c.ReleaseContext(th, first3))
-	ctx, err = c.NewContext(other)
+	ctx, err = c.NewContext(th)
 	require.NoError(t, err)
 	assert.Equal(t, first3+1, ctx.ID())
+	require.NoError(t, c.ReleaseContext(th, first3+1))
+	ctx, err = c.NewContext(other)
+	require.NoError(t, err)
+	assert.Equal(t, first3+container.ContextIDRun, ctx.ID())
 
 	// 0 lifts the cap.
 	require.NoError(t, c.SetMaxContexts(0))

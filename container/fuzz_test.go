@@ -130,6 +130,10 @@ type fuzzModel struct {
 	nextCtx, nextMsg int64
 	stored           map[int64]*modelContext
 	current          []int64
+	// Each thread's run of context ids, [runNext, runEnd); runsOver once
+	// the counter reached its last run, which ends them all (ids.go).
+	runNext, runEnd  []int64
+	runsOver         bool
 	maxLive, refused int64
 	notified         []string // "id:workers", in order (sorted within one bulk release)
 	// reaped: the ids the container's clean-up released (stored again
@@ -153,6 +157,8 @@ func newFuzzModel(in fuzzInput) *fuzzModel {
 		stored:  map[int64]*modelContext{},
 		reaped:  map[int64]string{},
 		current: slices.Repeat([]int64{container.InvalidID}, in.threads),
+		runNext: make([]int64, in.threads),
+		runEnd:  make([]int64, in.threads),
 	}
 	return m
 }
@@ -231,11 +237,10 @@ func (m *fuzzModel) newContext(t int) outcome {
 		m.refused++
 		return failed(container.ErrLimit, m.msgLimit())
 	}
-	if m.nextCtx >= m.maxID {
+	id, ok := m.nextContextID(t)
+	if !ok {
 		return failed(container.ErrExhausted, m.msgExhausted("context"))
 	}
-	id := m.nextCtx
-	m.nextCtx++
 	m.current[t] = id
 	// As the native emplace: a context stored under this id already (by a
 	// get-or-create naming an id of this worker not issued yet) is kept.
@@ -244,6 +249,30 @@ func (m *fuzzModel) newContext(t int) outcome {
 		mc = m.create(id)
 	}
 	return outcome{val: fmt.Sprint(id), ctx: mc}
+}
+
+// nextContextID is thread t's next context id: from its run, or the
+// rest of the counter's run, or, from the counter's last run before max_id
+// on, the counter's next; false once that reached max_id.
+func (m *fuzzModel) nextContextID(t int) (int64, bool) {
+	if !m.runsOver && m.runNext[t] < m.runEnd[t] {
+		m.runNext[t]++
+		return m.runNext[t] - 1, true
+	}
+	if m.nextCtx >= m.maxID-(container.ContextIDRun-1) {
+		m.runsOver = true
+	}
+	if m.nextCtx >= m.maxID {
+		return 0, false
+	}
+	id := m.nextCtx
+	if m.runsOver {
+		m.nextCtx++
+		return id, true
+	}
+	m.nextCtx = (id | (container.ContextIDRun - 1)) + 1
+	m.runNext[t], m.runEnd[t] = id+1, m.nextCtx
+	return id, true
 }
 
 func (m *fuzzModel) getOrCreate(id int64) outcome {
@@ -827,8 +856,20 @@ func checkIssued(t *testing.T, kind string, ids []int64, start, maxID int64, exh
 			t.Errorf("%s id %d issued twice", kind, id)
 		}
 	}
-	if exhausted && int64(len(ids)) != maxID-start {
-		t.Errorf("%s ids exhausted after %d ids, but the range holds %d", kind, len(ids), maxID-start)
+	if !exhausted {
+		return
+	}
+	// Every id of the range, or for context ids of its last run (ids.go:
+	// the runs threads held end there, unused), is issued before any
+	// thread finds them exhausted.
+	from := start
+	if kind == "context" {
+		from = max(start, maxID-(container.ContextIDRun-1))
+	}
+	k, _ := slices.BinarySearch(ids, from)
+	n := len(ids) - k
+	if int64(n) != maxID-from {
+		t.Errorf("%s ids exhausted after %d ids from %d, but the range holds %d", kind, n, from, maxID-from)
 	}
 }
 
@@ -879,14 +920,18 @@ func FuzzIDLayout(f *testing.F) {
 		}
 		left := mask - off // ids before max_id
 		want := first + off
-		// Context ids: consecutive from first+off; at most 600 taken, and
-		// when fewer are left, all of them and then the exhaustion error.
+		// Context ids of one thread: consecutive from first+off (its runs
+		// follow each other); at most 600 taken, and when fewer are left,
+		// all of them and then the exhaustion error.
+		exhausted := func(th *container.Thread, ctx *container.Context, err error) bool {
+			wantMsg := fmt.Sprintf("distautograd: context ids are exhausted: the next id would reach max_id %d", maxID)
+			return ctx == nil && container.CodeOf(err) == container.ErrExhausted && err.Error() == wantMsg && !th.HasValidContext()
+		}
+		th := container.NewThread()
 		for n := int64(0); n < min(left, 600)+1; n++ {
-			th := container.NewThread()
 			ctx, err := c.NewContext(th)
 			if n == left {
-				wantMsg := fmt.Sprintf("distautograd: context ids are exhausted: the next id would reach max_id %d", maxID)
-				if err == nil || container.CodeOf(err) != container.ErrExhausted || err.Error() != wantMsg || th.HasValidContext() {
+				if !exhausted(th, ctx, err) {
 					t.Fatalf("worker %d offset %d: after %d ids got %v, %v", worker, off, n, ctx, err)
 				}
 				break
@@ -894,10 +939,53 @@ func FuzzIDLayout(f *testing.F) {
 			if err != nil || ctx.ID() != want+n || int64(container.OriginWorker(ctx.ID())) != worker {
 				t.Fatalf("worker %d offset %d: context %d: %v, %v (want id %d)", worker, off, n, ctx, err, want+n)
 			}
+			if err := c.ReleaseContext(th, ctx.ID()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A thread per context: each takes the rest of the run the counter
+		// is in, but in the last run before max_id, where each gets the
+		// next id, every id of which is issued before the ids run out, for
+		// every thread at once: early's run ends with the last run's start.
+		c2, err := container.New(worker, container.WithCounterOffsets(off, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lastRun := maxID - (container.ContextIDRun - 1)
+		next := want
+		early := container.NewThread()
+		for n := range 601 {
+			th := container.NewThread()
+			if n == 0 {
+				th = early
+			}
+			ctx, err := c2.NewContext(th)
+			if n == 0 && err == nil {
+				if err := c2.ReleaseContext(th, ctx.ID()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if next >= maxID {
+				if !exhausted(th, ctx, err) {
+					t.Fatalf("worker %d offset %d: past the end got %v, %v", worker, off, ctx, err)
+				}
+				if ctx, err := c2.NewContext(early); !exhausted(early, ctx, err) {
+					t.Fatalf("worker %d offset %d: the first thread got %v, %v", worker, off, ctx, err)
+				}
+				break
+			}
+			if err != nil || ctx.ID() != next {
+				t.Fatalf("worker %d offset %d: a new thread's context: %v, %v (want id %d)", worker, off, ctx, err, next)
+			}
+			if next < lastRun {
+				next = (next | (container.ContextIDRun - 1)) + 1
+			} else {
+				next++
+			}
 		}
 		// Message ids in blocks of 1..512, the last block cut at max_id.
 		size := 1 + int64(block%512)
-		next := want
+		next = want
 		for range 601 {
 			f, k, err := c.NewAutogradMessageIDBlock(size)
 			if next >= maxID {

@@ -77,6 +77,37 @@ func (c *counter) takeBlock(n int64) (first, count int64, err error) {
 	}
 }
 
+// Context ids come to each thread in runs: a run is ContextIDRun
+// consecutive ids aligned on a multiple of ContextIDRun (an id's low
+// ContextIDRunBits bits count through its run). A thread takes the rest of
+// the run the counter is in and creates from it alone, and all of a run's
+// ids index into one shard (Container.shard), so threads creating at once
+// trade neither the counter's line nor a shard's. The counter's last run
+// before max_id is handed out one id at a time, as the native counter
+// hands out every id: exhaustion comes to all threads at once, after every
+// id of that run (takeRun, Container.nextContextID).
+const (
+	ContextIDRunBits = 6
+	ContextIDRun     = 1 << ContextIDRunBits
+)
+
+// takeRun reserves the rest of the run the counter is in, up to the next
+// multiple of ContextIDRun, and returns its first id; last is true, and
+// nothing is reserved, once the counter is in its last run before max_id
+// (or past it), where ids are taken one at a time.
+func (c *counter) takeRun() (first int64, last bool) {
+	for {
+		v := c.next.Load()
+		if v >= c.max-(ContextIDRun-1) || v < c.first {
+			return 0, true
+		}
+		end := (v | (ContextIDRun - 1)) + 1 // below max-(ContextIDRun-1): no overflow
+		if c.next.CompareAndSwap(v, end) {
+			return v, false
+		}
+	}
+}
+
 func (c *counter) exhausted() error {
 	return Errorf(ErrExhausted, "%s ids are exhausted: the next id would reach max_id %d", c.kind, c.max)
 }

@@ -36,3 +36,23 @@ func TestShardsShareNoLine(t *testing.T) {
 		}
 	}
 }
+
+// A chunk's slots are a permutation of its records, and records made one
+// after the other (as threads creating at once mostly hold) keep their
+// slots, which each creation writes, in different lines.
+func TestChunkSlotsOfNeighboursShareNoLine(t *testing.T) {
+	seen := make([]bool, recordChunk)
+	for i := uint32(0); i < 2*recordChunk; i++ {
+		k := chunkSlot(i)
+		require.Less(t, k, uint32(recordChunk))
+		if i < recordChunk {
+			require.False(t, seen[k], "record %d's slot %d taken twice", i, k)
+			seen[k] = true
+		}
+		if i%recordChunk+1 < recordChunk {
+			require.NotEqual(t, k/slotsPerLine, chunkSlot(i+1)/slotsPerLine, "records %d and %d", i, i+1)
+		}
+	}
+	var ch ctxChunk
+	require.Zero(t, unsafe.Offsetof(ch.borns)%cacheLine, "the born slots start a line into the chunk")
+}

@@ -171,9 +171,11 @@ func (b *Buckets) head(i uint64) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Add(unsafe.Pointer(b), BucketsHeadsOffset+uintptr(i)*4))
 }
 
-// bucketOf is where id chains in a shard's index: the bits above the
-// shard's, folded with the worker id (so other workers' passes spread too).
+// bucketOf is where id chains in a shard's index: the id without the
+// shard's bits (those above its run's, Container.shard), folded with the
+// worker id (so other workers' passes spread too).
 func bucketOf(id int64, shardBits uint, mask uint64) uint64 {
 	u := uint64(id)
-	return ((u >> shardBits) ^ (u >> AutoIncrementBits)) & mask
+	k := u&(ContextIDRun-1) | u>>(ContextIDRunBits+shardBits)<<ContextIDRunBits
+	return (k ^ u>>AutoIncrementBits) & mask
 }

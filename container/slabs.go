@@ -30,7 +30,8 @@ type slab struct {
 
 // ctxChunk is the Go side of recordChunk records: each one's *Context, and
 // the coarse clock when its context was stored (a context's age, which only
-// the listings read: on the Go heap, as C never needs it).
+// the listings read: on the Go heap, as C never needs it). A record's slots
+// are at chunkSlot's place, not its own.
 type ctxChunk struct {
 	ctxs  [recordChunk]atomic.Pointer[Context]
 	borns [recordChunk]atomic.Int64
@@ -125,11 +126,26 @@ func (t *recordTable) chunk(index uint32) *ctxChunk {
 	return chunks[(index&slabMask)/recordChunk].Load()
 }
 
+// chunkSlot is where a ctxChunk keeps the slots of the record at index:
+// consecutive records' slots lie a line apart (a line holds the slots of
+// records chunkStride apart), as threads creating at once mostly hold
+// records made one after the other, and each creation writes its born
+// slot.
+func chunkSlot(index uint32) uint32 {
+	i := index % recordChunk
+	return i%chunkStride*slotsPerLine + i/chunkStride
+}
+
+const (
+	slotsPerLine = cacheLine / 8 // 8-byte slots: *Context, and born's int64
+	chunkStride  = recordChunk / slotsPerLine
+)
+
 // ctxSlot returns where the *Context of the record at index is kept, or nil
 // if no such record was ever allocated.
 func (t *recordTable) ctxSlot(index uint32) *atomic.Pointer[Context] {
 	if ch := t.chunk(index); ch != nil {
-		return &ch.ctxs[index%recordChunk]
+		return &ch.ctxs[chunkSlot(index)]
 	}
 	return nil
 }
@@ -139,7 +155,7 @@ func (t *recordTable) ctxSlot(index uint32) *atomic.Pointer[Context] {
 // creation), or nil if no such record was ever allocated.
 func (t *recordTable) bornSlot(index uint32) *atomic.Int64 {
 	if ch := t.chunk(index); ch != nil {
-		return &ch.borns[index%recordChunk]
+		return &ch.borns[chunkSlot(index)]
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ int dac_context_new(dac_context **out) {
 	GUARD_FORK();
 	CHECK_OUT(out);
 	uint64_t h = 0;
-	int rc = dacgo_context_new(&dacc_tls_current, &h, dacc_err());
+	int rc = dacgo_context_new(&dacc_tls_thread, &h, dacc_err());
 	if (rc == DAC_OK)
 		*out = dacc_to_ptr(h);
 	return rc;
@@ -26,7 +26,7 @@ int dac_context_new_id(dac_context **out, int64_t *context_id) {
 	CHECK_OUT(out);
 	CHECK_OUT(context_id);
 	uint64_t h = 0;
-	int rc = dacgo_context_new(&dacc_tls_current, &h, dacc_err());
+	int rc = dacgo_context_new(&dacc_tls_thread, &h, dacc_err());
 	if (rc == DAC_OK) {
 		*out = dacc_to_ptr(h);
 		*context_id = dacc_tls_current; /* what dac_context_new just made current */
@@ -37,7 +37,7 @@ int dac_context_new_id(dac_context **out, int64_t *context_id) {
 /* A release, in Go; the host drop of a context that died there, here. */
 static int release(int64_t context_id, int if_present, const int32_t *worker_ids, size_t count, int *released) {
 	dacc_pending_drop d = {0, 0};
-	int rc = dacgo_context_release(&dacc_tls_current, context_id, if_present, (int32_t *)worker_ids, count, released, &d,
+	int rc = dacgo_context_release(&dacc_tls_thread, context_id, if_present, (int32_t *)worker_ids, count, released, &d,
 	                               dacc_err());
 	dacc_run_pending_drop(&d);
 	return rc;

@@ -26,6 +26,15 @@ typedef struct dacc_pending_drop {
 	uint64_t value;
 } dacc_pending_drop;
 
+/* A thread's state in the container, which C keeps in thread-local storage
+** (csrc/library.h: dacc_tls_thread) and passes to the calls that may change
+** it: the current context id, and the next id of the thread's run of
+** context ids, which only Go reads and sets (export.go: HostThread). */
+typedef struct dacc_thread {
+	int64_t current;
+	int64_t run_next;
+} dacc_thread;
+
 /* Which of a context's two function maps a dacgo_context_*function* call
 ** means (its kind argument). */
 #define DACC_SEND 0
@@ -44,12 +53,12 @@ int dacgo_num_contexts(int64_t *out, dacc_error_slot *e);
 int dacgo_new_autograd_message_id_block(int64_t n, int64_t *first, int64_t *count, dacc_error_slot *e);
 int dacgo_debug_info(char *buf, size_t capacity, size_t *length, dacc_error_slot *e);
 int dacgo_set_max_contexts(int64_t n, dacc_error_slot *e);
-int dacgo_context_new(int64_t *current, uint64_t *out, dacc_error_slot *e);
+int dacgo_context_new(dacc_thread *thread, uint64_t *out, dacc_error_slot *e);
 int dacgo_context_current(int64_t current, uint64_t *out, dacc_error_slot *e);
 int dacgo_context_retrieve(int64_t id, int if_present, uint64_t *out, dacc_error_slot *e);
 int dacgo_context_get_or_create(int64_t id, uint64_t *out, dacc_error_slot *e);
 int dacgo_context_is_valid(int64_t id, dacc_error_slot *e);
-int dacgo_context_release(int64_t *current, int64_t id, int if_present, int32_t *workers, size_t nworkers,
+int dacgo_context_release(dacc_thread *thread, int64_t id, int if_present, int32_t *workers, size_t nworkers,
                           int *released, dacc_pending_drop *drop, dacc_error_slot *e);
 int dacgo_release_contexts_of_worker(int32_t worker, int64_t *released, dacc_error_slot *e);
 int dacgo_reap_idle_contexts(int64_t idle_ms, int64_t *released, dacc_error_slot *e);

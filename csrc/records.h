@@ -104,8 +104,9 @@ static inline int dacc_referenced(uint64_t st, uint32_t gen) {
 #define DACC_MAX_HOPS 64
 
 /* Finds a record that says it is id's (listed or not: the caller checks),
-** following the chain of id's bucket (the hash is container/records.go's
-** bucketOf: the shard's bits dropped, the worker's folded in). NULL is a
+** following the chain of id's bucket in its run's shard (container.go's
+** shard; the hash is records.go's bucketOf: the shard's bits dropped, the
+** worker's folded in). NULL is a
 ** miss, and *settled says whether the miss is the answer: it is when the
 ** shard's change count was even and the same before and after the walk (no
 ** link a reader follows was rewritten meanwhile: records.go, Buckets), else
@@ -114,9 +115,11 @@ static inline __attribute__((always_inline)) dacc_record *dacc_lookup(const dacc
                                                                      int *settled) {
 	uint64_t u = (uint64_t)id;
 	const dacc_buckets *b =
-	    (const dacc_buckets *)__atomic_load_n(&v->buckets[u & v->shard_mask], __ATOMIC_ACQUIRE);
+	    (const dacc_buckets *)__atomic_load_n(&v->buckets[(u >> DACC_ID_RUN_BITS) & v->shard_mask], __ATOMIC_ACQUIRE);
 	uint64_t changes = __atomic_load_n(&b->changes, __ATOMIC_ACQUIRE);
-	uint64_t k = ((u >> v->shard_bits) ^ (u >> DACC_ID_WORKER_SHIFT)) & b->mask;
+	uint64_t run = (uint64_t)1 << DACC_ID_RUN_BITS;
+	uint64_t k = ((u & (run - 1)) | (u >> (DACC_ID_RUN_BITS + v->shard_bits) << DACC_ID_RUN_BITS)) ^ (u >> DACC_ID_WORKER_SHIFT);
+	k &= b->mask;
 	uint32_t i = __atomic_load_n(&b->heads[k], __ATOMIC_ACQUIRE);
 	for (int hops = 0; i != 0; hops++) {
 		dacc_record *r = dacc_record_at(v->records, i - 1);

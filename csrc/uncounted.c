@@ -52,9 +52,9 @@ static uint32_t nfree;
 static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Both never hold a handle. The first is every thread's start, and not
-** NULL so that the pointer goes in the TLS image's 8 bytes beside the
-** current id, which alignment leaves free: the library's static TLS stays
-** within 64 bytes (capi_test: TestStaticTLSIsSmall). */
+** NULL so that the pointer goes in the TLS image beside the thread's state
+** (csrc/library.h), where no padding comes before .tbss: the library's
+** static TLS stays within 64 bytes (capi_test: TestStaticTLSIsSmall). */
 dacc_uncounted_slot dacc_uncounted_unassigned;
 dacc_uncounted_slot dacc_no_uncounted;
 DACC_TLS dacc_uncounted_slot *dacc_tls_uncounted = &dacc_uncounted_unassigned;

@@ -191,7 +191,8 @@ int main(void) {
 	CHECK(dac_init(3));
 	CHECK(dac_max_id(&max_id));
 	printf("init(3): ids are [worker | 48-bit counter]; max_id = %s\n", show_id(max_id, a));
-	printf("(message ids come to each thread in blocks of consecutive ids, so each pass's start a new block)\n");
+	printf("(context and message ids come to each thread in runs and blocks of consecutive ids,\n"
+	       " so each pass, on a thread of its own, starts a new run and a new block)\n");
 
 	dac_context *none = NULL;
 	if (dac_context_current(&none) != DAC_OK)

@@ -121,6 +121,9 @@ extern "C" {
 /* the most max_pending may be: its queue is allocated up front
 ** (container.MaxCleanupPending) */
 #define DAC_CLEANUP_MAX_PENDING_LIMIT 4194304
+/* how many consecutive context ids make a run, which a thread creates from
+** alone (container.ContextIDRun) */
+#define DAC_CONTEXT_ID_RUN 64
 /* how many autograd message ids a thread takes from the one counter at
 ** once (container.MessageIDBlock) */
 #define DAC_MESSAGE_ID_BLOCK 4096
@@ -253,15 +256,27 @@ int dac_set_max_contexts(int64_t max_contexts);
 
 /* ---- Contexts ----------------------------------------------------------- */
 
-/* Creates a context with the next context id, stores it, makes it the calling
-** thread's current context and writes a new reference to *out; if
-** dac_context_get_or_create already stored a context under that id, that one
-** is the context (as the native emplace keeps it). Fails with
+/* Creates a context with the thread's next context id, stores it, makes it
+** the calling thread's current context and writes a new reference to *out;
+** if dac_context_get_or_create already stored a context under that id, that
+** one is the context (as the native emplace keeps it). Fails with
 ** DAC_ERR_ALREADY_HAS_CONTEXT ("Already have an autograd context id for this
 ** thread.") if the thread has a current context id (unless its context was
 ** reaped: see dac_reap_idle_contexts), DAC_ERR_EXHAUSTED ("distautograd:
 ** context ids are exhausted: the next id would reach max_id N") at max_id,
-** DAC_ERR_LIMIT past dac_set_max_contexts; a failure changes nothing. */
+** DAC_ERR_LIMIT past dac_set_max_contexts; a failure changes nothing.
+**
+** Ids are unique in the process and never reused. Each thread takes them
+** from a run of its own: the rest of the run of DAC_CONTEXT_ID_RUN
+** consecutive ids (aligned on a multiple of it) that the one counter is
+** in, so that threads creating at once share no counter and no index
+** shard. A thread's successive ids are consecutive within a run, and ids
+** of different threads interleave by run, not one by one as in the native
+** component (which only promises uniqueness too); a run's ids a thread did
+** not use before it exited are never issued. The last run before max_id
+** goes one id at a time to whichever thread asks, as natively, and ends the
+** runs threads still hold: every thread finds the ids exhausted at once,
+** after every id of that run. */
 int dac_context_new(dac_context **out);
 
 /* As dac_context_new, and also writes the new context's id to *context_id:

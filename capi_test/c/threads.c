@@ -62,6 +62,15 @@ static int all_unique(int64_t *ids, size_t n) {
 	return 1;
 }
 
+/* Whether ids, one thread's in order, go one by one but where a run of
+** DAC_CONTEXT_ID_RUN starts. */
+static int in_runs(const int64_t *ids, size_t n) {
+	for (size_t i = 1; i < n; i++)
+		if (ids[i] != ids[i - 1] + 1 && ids[i] % DAC_CONTEXT_ID_RUN != 0)
+			return 0;
+	return 1;
+}
+
 static int all_of_worker(const int64_t *ids, size_t n, uint64_t worker) {
 	for (size_t i = 0; i < n; i++)
 		if ((uint64_t)ids[i] >> 48 != worker)
@@ -96,12 +105,20 @@ static void stress(int threads, long cycles) {
 		errors += s[i].errors;
 	}
 	printf("errors = %ld\n", errors);
+	int runs = 1;
+	for (int i = 0; i < threads; i++)
+		runs = runs && in_runs(s[i].ctx_ids, (size_t)cycles);
 	int uc = all_unique(ctx_ids, total), um = all_unique(msg_ids, total);
 	printf("context ids: %zu, all unique: %s, all of worker 3: %s\n", total, uc ? "yes" : "NO",
 	       all_of_worker(ctx_ids, total, 3) ? "yes" : "NO");
-	/* Context ids come one by one from one counter: exactly the first total. */
-	printf("context ids are counters 0..%zu: %s\n", total - 1,
-	       ctx_ids[0] == (int64_t)3 << 48 && ctx_ids[total - 1] == ((int64_t)3 << 48) + (int64_t)total - 1 ? "yes" : "NO");
+	/* Each thread takes its context ids from runs of its own: from the
+	** first, a thread's are consecutive but where a run starts, and they
+	** leave at most a run per thread unused. */
+	printf("context ids from the first, each thread's by the run, at most a run a thread unused: %s\n",
+	       runs && ctx_ids[0] == (int64_t)3 << 48 &&
+	               ctx_ids[total - 1] < ((int64_t)3 << 48) + (int64_t)total + (int64_t)threads * DAC_CONTEXT_ID_RUN
+	           ? "yes"
+	           : "NO");
 	printf("message ids: %zu, all unique: %s, all of worker 3: %s\n", total, um ? "yes" : "NO",
 	       all_of_worker(msg_ids, total, 3) ? "yes" : "NO");
 	printf("num_contexts = %" PRId64 "\n", num_contexts());

@@ -38,6 +38,8 @@ func sharedConsts() []sharedConst {
 			"max_pending's default: messages queued or awaiting a retry before one more is dropped"},
 		{"DAC_CLEANUP_MAX_PENDING_LIMIT", container.MaxCleanupPending, "MaxCleanupPending",
 			"the most max_pending may be: its queue is allocated up front"},
+		{"DAC_CONTEXT_ID_RUN", container.ContextIDRun, "ContextIDRun",
+			"how many consecutive context ids make a run, which a thread creates from alone"},
 		{"DAC_MESSAGE_ID_BLOCK", container.MessageIDBlock, "MessageIDBlock",
 			"how many autograd message ids a thread takes from the one counter at once"},
 		{"DAC_REAPED_IDS_KEPT", container.ReapedIDsKept, "ReapedIDsKept",

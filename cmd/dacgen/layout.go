@@ -36,6 +36,7 @@ func layoutConsts() []layoutConst {
 		{"DACC_STATE_UNCOUNTED", u64(container.UncountedBit), "the state word's uncounted bit (docs/state-word.md)"},
 		{"DACC_STATE_REFS", u64(container.MaxRefs), "the state word's counted references, and their most (container.MaxRefs)"},
 		{"DACC_GEN_SHIFT", fmt.Sprint(container.GenShift), "a state word's generation, and a handle's: the bits from DACC_GEN_SHIFT up (container.GenShift)"},
+		{"DACC_ID_RUN_BITS", fmt.Sprint(container.ContextIDRunBits), "a context id's run: the bits from DACC_ID_RUN_BITS up; the shard is the run's (container.ContextIDRunBits, Container.shard)"},
 		{"DACC_ID_WORKER_SHIFT", fmt.Sprint(container.AutoIncrementBits), "an id's worker: the bits from DACC_ID_WORKER_SHIFT up, which the index's bucket hash folds in (container.AutoIncrementBits, bucketOf)"},
 		{"DACC_CLOCK_RESOLUTION_MS", fmt.Sprint(container.ClockResolutionMs), "the coarse clock's bound on how far readers' times lie apart, in ms (container.ClockResolutionMs)"},
 	}

@@ -110,6 +110,7 @@ CLEANUP_DEFAULT_INITIAL_BACKOFF_US = 10000  # initial_backoff_us' default: the w
 CLEANUP_DEFAULT_MAX_BACKOFF_US = 2000000  # max_backoff_us' default: the longest wait between two attempts
 CLEANUP_DEFAULT_MAX_PENDING = 65536  # max_pending's default: messages queued or awaiting a retry before one more is dropped
 CLEANUP_MAX_PENDING_LIMIT = 4194304  # the most max_pending may be: its queue is allocated up front
+CONTEXT_ID_RUN = 64  # how many consecutive context ids make a run, which a thread creates from alone
 MESSAGE_ID_BLOCK = 4096  # how many autograd message ids a thread takes from the one counter at once
 REAPED_IDS_KEPT = 65536  # how many reaped ids the container remembers, spread over its shards (dac_reap_idle_contexts)
 REAPED_IDS_MIN_PER_SHARD = 256  # the fewest reaped ids a shard remembers

@@ -52,6 +52,8 @@ class TestTorchCompat(BackendTest):
 
         ids_native = native.pop("message ids (values)")["value"]
         ids_served = served.pop("message ids (values)")["value"]
+        step_native = native.pop("another thread's context id (value)")["value"]
+        step_served = served.pop("another thread's context id (value)")["value"]
         for label in native:
             with self.subTest(label):
                 n, s = native[label], served[label]
@@ -68,6 +70,16 @@ class TestTorchCompat(BackendTest):
         self.assertEqual(len(ids_served), len(ids_native))
         self.assertEqual(len(set(ids_served)), len(ids_served))
         self.assertTrue(all(0 <= i < 2**48 for i in ids_served), ids_served)
+        # Context ids: native's other thread gets the counter's next id; the
+        # backend's the first of the next run of DAC_CONTEXT_ID_RUN (the
+        # counter is past the runs this thread and an earlier one took).
+        from distautograd._abi import CONTEXT_ID_RUN  # on the path test_backend sets
+
+        (cid, tid), (scid, stid) = step_native, step_served
+        self.assertEqual(tid, cid + 1)
+        self.assertEqual(stid % CONTEXT_ID_RUN, 0, step_served)
+        self.assertGreater(stid, scid)
+        self.assertLess(scid, CONTEXT_ID_RUN, step_served)  # this thread's first run goes on
 
         line = ALREADY_INITIALIZED_LINE[torch_series()]
         self.assertIn("I container.cpp:%d] DistAutogradContainer is already initialized" % line, native_err)
