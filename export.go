@@ -227,8 +227,10 @@ func dacgo_context_new(th *C.dacc_thread, out *C.uint64_t, e *C.dacc_error_slot)
 		return fail(e, err)
 	}
 	t := c.HostThread(int64(th.current), int64(th.run_next))
+	// Stored on every return, a recovered panic's too: an id this call
+	// took from the run is never handed out again.
+	defer setHostThread(th, &t)
 	h, err := c.NewContextHandle(&t)
-	setHostThread(th, &t)
 	if err != nil {
 		return fail(e, err)
 	}
@@ -336,9 +338,13 @@ func dacgo_context_release(th *C.dacc_thread, id C.int64_t, ifPresent C.int, wor
 			also[i] = uint16(w)
 		}
 	}
-	t := c.HostThread(int64(th.current), int64(th.run_next))
-	ok, d := c.ReleaseContextWithWorkersDeferred(&t, int64(id), also)
-	setHostThread(th, &t)
+	t := c.HostThread(int64(th.current), 0) // a release takes no id
+	ok, d, n := c.ReleaseContextWithWorkersDeferred(&t, int64(id), also)
+	// The current id is stored before the fan-out is told, which may run
+	// the host's code (its log hook, a non-blocking sender) on this thread,
+	// and that code's calls see and change this thread's state.
+	th.current = C.int64_t(t.CurrentID())
+	c.RunNotice(n, also)
 	takeDrop(drop, d)
 	if !ok && ifPresent == 0 {
 		return fail(e, c.NotFoundError(int64(id)))

@@ -231,6 +231,31 @@ func TestOpsReapedCurrentContext(t *testing.T) {
 	`, run(t, buildC(t, "c/ops.c"), "reaped"))
 }
 
+// A release runs the host's code on the releasing thread (the log hook
+// with no sender set, a non-blocking sender): a context made there takes
+// the thread's next id, which the thread's next context does not take
+// again, and the released context is no longer current there.
+func TestOpsReenteringRelease(t *testing.T) {
+	t.Parallel()
+	assertTranscript(t, `
+		dac_set_log_hook(nested_hook, NULL) -> DAC_OK
+		-- no sender: the release logs on this thread, whose hook makes a context
+		  inside the release: current_context_id = -1
+		dac_context_release(id) -> DAC_OK
+		current_context_id = -1, has_valid_context = 0
+		made inside: id + 1; the thread's next: id + 2; distinct: yes
+		dac_set_log_hook(NULL, NULL) -> DAC_OK
+		dac_set_cleanup_sender_nonblocking(1) -> DAC_OK
+		dac_set_cleanup_sender(nested_sender, NULL) -> DAC_OK
+		-- a non-blocking sender, run on this thread, makes a context
+		  inside the release: current_context_id = -1
+		dac_context_release(id) -> DAC_OK
+		current_context_id = -1, has_valid_context = 0
+		made inside: id + 1; the thread's next: id + 2; distinct: yes
+		dac_set_cleanup_sender(NULL, NULL) -> DAC_OK
+	`, run(t, buildC(t, "c/ops.c"), "reenter_release"))
+}
+
 // dac_set_max_contexts: past the cap, new contexts are refused, counted, and take no id.
 func TestOpsMaxContexts(t *testing.T) {
 	t.Parallel()

@@ -393,6 +393,32 @@ func (r *recorder) Release(id int64, workers []uint16) {
 	}
 }
 
+// The deferred release tells the Fanout only when its caller runs the
+// notice, after the thread's state is settled: a host that keeps that
+// state itself stores it first (the C ABI), as the Fanout may run its code.
+func TestReleaseDeferredTellsOnItsNotice(t *testing.T) {
+	c := newContainer(t)
+	rec := &recorder{}
+	c.SetFanout(rec)
+	th := container.NewThread()
+	ctx, err := c.NewContext(th)
+	require.NoError(t, err)
+	ctx.AddKnownWorkerID(4)
+	other, err := c.GetOrCreateContext(container.FirstID(5))
+	require.NoError(t, err)
+
+	released, _, n := c.ReleaseContextWithWorkersDeferred(th, ctx.ID(), nil)
+	assert.True(t, released)
+	assert.Equal(t, container.InvalidID, th.CurrentID(), "the current id reset before the notice")
+	released, _, n2 := c.ReleaseContextWithWorkersDeferred(nil, other.ID(), []uint16{7, 8})
+	assert.True(t, released)
+	assert.Empty(t, rec.calls, "told before the notices ran")
+	c.RunNotice(n, nil)
+	c.RunNotice(n2, []uint16{7, 8})
+	c.RunNotice(container.PendingNotice{}, []uint16{9})
+	assert.Equal(t, map[int64][]uint16{ctx.ID(): {4}, other.ID(): {7, 8}}, rec.calls)
+}
+
 func TestReleaseNotifiesKnownWorkers(t *testing.T) {
 	c := newContainer(t, container.WithShards(1)) // one shard: any lock held would be hit
 	rec := &recorder{}

@@ -104,10 +104,10 @@ func TestDeferredDropsComeBackOnce(t *testing.T) {
 	assert.False(t, done, "listed: not Go's to drop")
 	assert.Zero(t, d)
 	container.DropRefAsC(c, h)
-	released, d := c.ReleaseContextWithWorkersDeferred(nil, first3, []uint16{4})
+	released, d, _ := c.ReleaseContextWithWorkersDeferred(nil, first3, []uint16{4})
 	assert.True(t, released)
 	assert.Equal(t, container.PendingDrop{Fn: 0x70, Value: 7}, d)
-	released, d = c.ReleaseContextWithWorkersDeferred(nil, first3, nil)
+	released, d, _ = c.ReleaseContextWithWorkersDeferred(nil, first3, nil)
 	assert.False(t, released, "gone already")
 	assert.Zero(t, d)
 
@@ -115,7 +115,7 @@ func TestDeferredDropsComeBackOnce(t *testing.T) {
 	h, err = c.GetOrCreateContextHandle(first3 + 1)
 	require.NoError(t, err)
 	setHostValue(t, c, h, 8, 0x80)
-	released, d = c.ReleaseContextWithWorkersDeferred(nil, first3+1, nil)
+	released, d, _ = c.ReleaseContextWithWorkersDeferred(nil, first3+1, nil)
 	assert.True(t, released)
 	assert.Zero(t, d, "a handle still refers to it")
 	done, d, err = c.UnrefLastDeferred(h)
@@ -129,7 +129,7 @@ func TestDeferredDropsComeBackOnce(t *testing.T) {
 	// A context without a host value dies with nothing to drop.
 	_, err = c.GetOrCreateContext(first3 + 2)
 	require.NoError(t, err)
-	released, d = c.ReleaseContextWithWorkersDeferred(nil, first3+2, nil)
+	released, d, _ = c.ReleaseContextWithWorkersDeferred(nil, first3+2, nil)
 	assert.True(t, released)
 	assert.Zero(t, d)
 

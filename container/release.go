@@ -28,21 +28,24 @@ func (c *Container) ReleaseContextIfPresent(t *Thread, id int64) bool {
 // workers to the context's known workers, so that the fan-out tells them
 // too: for a host that records the workers of a pass itself.
 func (c *Container) ReleaseContextWithWorkers(t *Thread, id int64, workers []uint16) bool {
-	released, d := c.ReleaseContextWithWorkersDeferred(t, id, workers)
+	released, d, n := c.ReleaseContextWithWorkersDeferred(t, id, workers)
+	c.RunNotice(n, workers)
 	c.RunDrop(d)
 	return released
 }
 
 // ReleaseContextWithWorkersDeferred is ReleaseContextWithWorkers that
-// leaves the host drop of a context that died to the caller: the C ABI runs
-// it after its call into Go has returned, which spares a call from Go back
-// into C on every release.
-func (c *Container) ReleaseContextWithWorkersDeferred(t *Thread, id int64, workers []uint16) (bool, PendingDrop) {
+// leaves two things to the caller, to run in this order: telling the
+// Fanout (RunNotice), which may run the host's code on this thread, so
+// that a host that keeps t's state itself stores it first; and the host
+// drop of a context that died (RunDrop), which the C ABI runs after its
+// call into Go has returned, sparing a call from Go back into C on every
+// release.
+func (c *Container) ReleaseContextWithWorkersDeferred(t *Thread, id int64, workers []uint16) (released bool, d PendingDrop, n PendingNotice) {
 	s := c.shard(id)
 	s.mu.Lock()
 	r, idx := c.find(s, id)
 	var ctx *Context
-	var d PendingDrop
 	if r != nil {
 		ctx = c.recs.ctxSlot(idx).Load()
 		var died bool
@@ -63,7 +66,7 @@ func (c *Container) ReleaseContextWithWorkersDeferred(t *Thread, id int64, worke
 		if reapedCurrent {
 			t.current = InvalidID
 		}
-		return false, PendingDrop{}
+		return false, PendingDrop{}, PendingNotice{}
 	}
 	if t != nil && t.current == id {
 		t.current = InvalidID
@@ -72,10 +75,31 @@ func (c *Container) ReleaseContextWithWorkersDeferred(t *Thread, id int64, worke
 		for _, w := range workers {
 			ctx.AddKnownWorkerID(w)
 		}
-		workers = nil
 	}
-	c.notify(id, ctx, workers, noWorker)
-	return true, d
+	return true, d, PendingNotice{id: id, ctx: ctx, tell: true}
+}
+
+// PendingNotice is what a release leaves the Fanout to be told
+// (ReleaseContextWithWorkersDeferred); the zero PendingNotice tells nothing.
+// It holds no workers: a slice in it would make Go's escape analysis move
+// the C ABI's stack buffer of them to the heap (the analysis follows a
+// struct as a whole, and ctx escapes).
+type PendingNotice struct {
+	id   int64
+	ctx  *Context // the workers are its known workers, workers added
+	tell bool
+}
+
+// RunNotice tells the Fanout what n holds, on the calling thread: the known
+// workers of n's context, or if it had no *Context, workers, the release's.
+func (c *Container) RunNotice(n PendingNotice, workers []uint16) {
+	switch {
+	case !n.tell:
+	case n.ctx != nil:
+		c.notify(n.id, n.ctx, nil, noWorker)
+	default:
+		c.notify(n.id, nil, workers, noWorker)
+	}
 }
 
 // noWorker is notify's skip when it skips no worker: no worker id is

@@ -629,7 +629,10 @@ int dac_cleanup_flush(int64_t timeout_ms, int64_t *pending);
 #define DAC_LOG_ERROR 3
 
 /* Receives the library's log lines (a failed or dropped cleanup message...);
-** message is valid during the call only. Called on library threads. */
+** message is valid during the call only. Called on library threads, and on
+** a thread releasing a context (a line the release itself logs, as one with
+** no cleanup sender set), whose calls from the hook see that thread's state
+** as the release left it. */
 typedef void (*dac_log_hook)(void *user_data, int level, const char *message);
 
 /* Sets the log hook (NULL, the default: warnings and errors go to stderr).

@@ -455,8 +455,9 @@ class DistAutogradContainer {
     return instance();
   }
 
-  // Creates a context with the next context id and makes it the calling
-  // thread's current context; throws if the thread already has one.
+  // Creates a context with the thread's next context id (dac_context_new)
+  // and makes it the calling thread's current context; throws if the
+  // thread already has one.
   const ContextPtr newContext() {
     dac_context* h = nullptr;
     int64_t id = detail::kInvalidId;

@@ -708,6 +708,64 @@ static void scenario_fanout(void) {
 	SHOW(dac_set_cleanup_sender(NULL, NULL));
 }
 
+/* A release may run the host's code on the releasing thread (the log hook
+** when no sender is set, a non-blocking sender): a context that code makes
+** there takes the thread's next id, which the thread's next context must
+** not take again, and it sees the released context no longer current. */
+static int64_t nested_ids[2];
+static int n_nested;
+
+static void make_one_nested(void) {
+	if (n_nested >= 2)
+		return;
+	int64_t cur = 0, id = 0;
+	dac_context *ctx = NULL;
+	MUST(dac_current_context_id(&cur));
+	printf("  inside the release: current_context_id = %" PRId64 "\n", cur);
+	MUST(dac_context_new_id(&ctx, &id));
+	MUST(dac_context_release(id));
+	MUST(dac_context_unref(ctx));
+	nested_ids[n_nested++] = id;
+}
+
+static void nested_hook(void *user_data, int level, const char *message) {
+	(void)user_data, (void)level, (void)message;
+	make_one_nested();
+}
+
+static int nested_sender(void *user_data, int32_t worker_id, int64_t context_id) {
+	(void)user_data, (void)worker_id, (void)context_id;
+	make_one_nested();
+	return 0;
+}
+
+static void release_mine_with_a_worker(const char *what) {
+	dac_context *ctx = NULL;
+	int64_t id = 0, next = 0;
+	MUST(dac_context_new_id(&ctx, &id));
+	MUST(dac_context_add_known_worker_id(ctx, 5));
+	printf("-- %s\n", what);
+	SHOW(dac_context_release(id));
+	MUST(dac_context_unref(ctx));
+	print_current();
+	MUST(dac_context_new_id(&ctx, &next));
+	MUST(dac_context_release(next));
+	MUST(dac_context_unref(ctx));
+	int64_t made = nested_ids[n_nested - 1];
+	printf("made inside: id + %" PRId64 "; the thread's next: id + %" PRId64 "; distinct: %s\n", made - id,
+	       next - id, made != next && made != id ? "yes" : "NO");
+}
+
+static void scenario_reenter_release(void) {
+	SHOW(dac_set_log_hook(nested_hook, NULL));
+	release_mine_with_a_worker("no sender: the release logs on this thread, whose hook makes a context");
+	SHOW(dac_set_log_hook(NULL, NULL));
+	SHOW(dac_set_cleanup_sender_nonblocking(1));
+	SHOW(dac_set_cleanup_sender(nested_sender, NULL));
+	release_mine_with_a_worker("a non-blocking sender, run on this thread, makes a context");
+	SHOW(dac_set_cleanup_sender(NULL, NULL));
+}
+
 static void scenario_library(void) {
 	printf("dac_version() = %s\n", dac_version());
 	printf("matches DAC_VERSION_STRING: %s\n", strcmp(dac_version(), DAC_VERSION_STRING) == 0 ? "yes" : "NO");
@@ -745,6 +803,7 @@ int main(int argc, char **argv) {
 	    {"reap", scenario_reap, 1},           {"limit", scenario_limit, 0},     {"context", scenario_context, 0},
 	    {"functions", scenario_functions, 0}, {"handles", scenario_handles, 0}, {"debug", scenario_debug, 0},
 	    {"fanout", scenario_fanout, 0},       {"reaped", scenario_reaped, 0},   {"list", scenario_list, 1},
+	    {"reenter_release", scenario_reenter_release, 0},
 	};
 	REQUIRE(argc == 2);
 	if (strcmp(argv[1], "library") == 0) {

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import unittest
@@ -73,10 +72,7 @@ class Differential(unittest.TestCase):
         self.assertNotIn("wait_status", d)
         self.assertTrue(t["events"], "scenario recorded nothing")
         self.assertEqual(len(t["events"]), len(d["events"]), "different numbers of steps")
-        tev, dev = t["events"], d["events"]
-        if name.startswith("threads_"):
-            tev, dev = _renumber(tev), _renumber(dev)
-        for te, de in zip(tev, dev):
+        for te, de in zip(t["events"], d["events"]):
             self.assertEqual(te, de, "step %r differs" % te[0])
 
     def test_oracle_is_torch(self) -> None:
@@ -91,34 +87,6 @@ class Differential(unittest.TestCase):
         ev = {e[0]: e for e in self.torch_results["before_init"]["events"]}
         self.assertEqual(ev["new"][3], "Need to initialize distributed autograd using torch.distributed.autograd.init()")
         self.assertEqual(set(self.torch_results), set(NAMES))
-
-
-def _renumber(events: Any) -> Any:
-    """events with each id of a worker other than 0 (these scenarios' are 3
-    and 40000) named by its order of first appearance: where contexts are
-    made on several threads, the ids' values differ by design (each
-    thread's come from a run of its own where torch counts one by one:
-    docs/torch-compat.md), and what both must agree on is which step names
-    the same context."""
-    names: Dict[int, str] = {}
-
-    def name(n: int) -> Any:
-        return names.setdefault(n, "id #%d" % len(names)) if abs(n) >= 1 << 48 else n
-
-    def walk(v: Any) -> Any:
-        if isinstance(v, bool):
-            return v
-        if isinstance(v, int):
-            return name(v)
-        if isinstance(v, str):
-            return re.sub(r"-?\d{15,}", lambda m: str(name(int(m.group()))), v)
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items()}
-        return v
-
-    return walk(events)
 
 
 def _make(name: str) -> Any:
