@@ -286,9 +286,10 @@ def _init(worker_id: int, /) -> None:
 
 
 def _new_context() -> DistAutogradContext:
-    """Creates a context with the next context id and makes it this thread's
-    current context; "Already have an autograd context id for this thread."
-    if the thread has one."""
+    """Creates a context with this thread's next context id (each thread's
+    come from a run of its own: dac_context_new in distautograd.h) and makes
+    it this thread's current context; "Already have an autograd context id
+    for this thread." if the thread has one."""
     out = _c_void_p()
     cid = _c_int64()
     rc = _dac_context_new_id(out, cid)
