@@ -280,10 +280,11 @@ func (c *Container) unstore(n int) {
 }
 
 // NewContext creates a context with t's next context id (nextContextID)
-// and makes it t's current context. It fails if t already has a current id (unless the
-// container's clean-up reaped that context: reaped.go), past max_id, or
-// past the cap; a failure changes nothing (the native component sets the
-// current id before its overflow assert, and then aborts).
+// and makes it t's current context. It fails if t already has a current
+// id (unless the container's clean-up reaped that context: reaped.go),
+// past max_id, or past the cap; a failure changes nothing (the native
+// component sets the current id before its overflow assert, and then
+// aborts).
 func (c *Container) NewContext(t *Thread) (*Context, error) {
 	ctx, _, err := c.newContext(t, false)
 	return ctx, err

@@ -106,11 +106,10 @@ static inline int dacc_referenced(uint64_t st, uint32_t gen) {
 /* Finds a record that says it is id's (listed or not: the caller checks),
 ** following the chain of id's bucket in its run's shard (container.go's
 ** shard; the hash is records.go's bucketOf: the shard's bits dropped, the
-** worker's folded in). NULL is a
-** miss, and *settled says whether the miss is the answer: it is when the
-** shard's change count was even and the same before and after the walk (no
-** link a reader follows was rewritten meanwhile: records.go, Buckets), else
-** only Go can say, under its lock. */
+** worker's folded in). NULL is a miss, and *settled says whether the miss
+** is the answer: it is when the shard's change count was even and the same
+** before and after the walk (no link a reader follows was rewritten
+** meanwhile: records.go, Buckets), else only Go can say, under its lock. */
 static inline __attribute__((always_inline)) dacc_record *dacc_lookup(const dacc_view *v, int64_t id, uint32_t *index,
                                                                      int *settled) {
 	uint64_t u = (uint64_t)id;
