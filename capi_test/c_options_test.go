@@ -11,7 +11,8 @@ import (
 // dac_set_cleanup_options: each refusal names the function called, the two
 // Go makes (max_pending past its limit; grown past the queue once a message
 // was queued) as those C makes, and DAC_CLEANUP_OPTIONS_INIT sets the size
-// and leaves every option at its default. The limit and the default are the
+// and leaves every option at its default; putting the defaults back moves
+// a retry waiting out the longest backoff earlier. The limit and the default are the
 // header's (c/options.c prints them), which must be container's.
 func TestCleanupOptionsRefusalsNameTheirFunction(t *testing.T) {
 	t.Parallel()
@@ -41,5 +42,13 @@ func TestCleanupOptionsRefusalsNameTheirFunction(t *testing.T) {
 		-- shrunk, and back: no growth past the queue made
 		dac_set_cleanup_options(0, 0, 0, 1000) -> DAC_OK
 		dac_cleanup_configure(&o) -> DAC_OK
+		-- a retry waiting out the longest backoff, then the defaults put back
+		dac_cleanup_configure(&o) -> DAC_OK
+		dac_context_release(id) -> DAC_OK
+		dac_cleanup_flush(100, &pending) -> DAC_ERR_TIMEOUT: distautograd: dac_cleanup_flush: 1 cleanup messages still pending after 100 ms
+		delivered 1, pending 1
+		dac_cleanup_configure(&defaults) -> DAC_OK
+		dac_cleanup_flush(10000, &pending) -> DAC_OK
+		delivered 2, pending 0
 	`), r)
 }

@@ -116,7 +116,7 @@ type FanoutQueue struct {
 	once        sync.Once // starts the senders on first use
 	wg          sync.WaitGroup
 	mu          sync.Mutex // guards the retry timers; taken before closeMu
-	timers      map[*time.Timer]struct{}
+	timers      map[*time.Timer]retryWait
 	timing      sync.WaitGroup // retry timers set and not yet stopped or finished
 
 	// closeMu orders queueing before Close: whoever puts a message on the
@@ -149,7 +149,7 @@ func NewFanoutQueue(send SendFunc, opts CleanupOptions) *FanoutQueue {
 	c := &FanoutQueue{
 		queue:  make(chan cleanupJob, opts.MaxPending),
 		done:   make(chan struct{}),
-		timers: make(map[*time.Timer]struct{}),
+		timers: make(map[*time.Timer]retryWait),
 	}
 	c.opts.Store(&opts)
 	c.SetSender(send)
@@ -159,11 +159,22 @@ func NewFanoutQueue(send SendFunc, opts CleanupOptions) *FanoutQueue {
 // Options returns the options in force, defaults filled in.
 func (c *FanoutQueue) Options() CleanupOptions { return *c.opts.Load() }
 
-// SetOptions changes the options for messages from now on (zero fields take
-// their defaults; Senders cannot change once set). MaxPending may grow past
-// the size the FanoutQueue was made with only while no message was ever queued,
-// as the queue cannot grow under running senders.
+// SetOptions changes the options for attempts from now on (zero fields take
+// their defaults; Senders cannot change once set). A retry already waiting
+// is moved earlier where the new backoffs give its attempt a shorter wait,
+// never later: options put back from a long backoff take effect at once,
+// not after the long one. MaxPending may grow past the size the
+// FanoutQueue was made with only while no message was ever queued, as the
+// queue cannot grow under running senders.
 func (c *FanoutQueue) SetOptions(o CleanupOptions) error {
+	if err := c.storeOptions(o); err != nil {
+		return err
+	}
+	c.shortenRetries()
+	return nil
+}
+
+func (c *FanoutQueue) storeOptions(o CleanupOptions) error {
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
 	o = o.withDefaults()
@@ -179,6 +190,34 @@ func (c *FanoutQueue) SetOptions(o CleanupOptions) error {
 	}
 	c.opts.Store(&o)
 	return nil
+}
+
+// retryWait is what a retry timer waits for: the wait it was armed with,
+// when, and the attempt it follows (which the backoff doubles by).
+type retryWait struct {
+	armed   time.Time
+	wait    time.Duration
+	attempt int
+}
+
+// shortenRetries re-arms each waiting retry whose wait the options in
+// force make shorter. It runs after the options are stored, under mu, as
+// retryLater arms under mu: a retry armed before it is re-armed here, one
+// armed after reads the new options.
+func (c *FanoutQueue) shortenRetries() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	for t, w := range c.timers {
+		d := c.backoff(w.attempt)
+		// Stop fails once the timer has fired: its message is on its way
+		// back to the queue, so there is nothing to move.
+		if d >= w.wait || !t.Stop() {
+			continue
+		}
+		t.Reset(max(d-now.Sub(w.armed), 0))
+		c.timers[t] = retryWait{armed: w.armed, wait: d, attempt: w.attempt}
+	}
 }
 
 // SetSender sets the function that delivers messages (nil: none; releases
@@ -452,12 +491,19 @@ func callSend(send SendFunc, w uint16, id int64) (err error) {
 	return send(w, id)
 }
 
+// backoff is the wait before the retry that follows attempt: the initial
+// backoff doubled per earlier retry, up to the longest, which a doubling
+// past int64 nanoseconds also gives.
 func (c *FanoutQueue) backoff(attempt int) time.Duration {
-	d := c.Options().InitialBackoff
-	for i := 1; i < attempt && d < c.Options().MaxBackoff; i++ {
+	o := c.Options()
+	d := o.InitialBackoff
+	for i := 1; i < attempt && d < o.MaxBackoff; i++ {
+		if d > o.MaxBackoff/2 {
+			return o.MaxBackoff
+		}
 		d *= 2
 	}
-	return min(d, c.Options().MaxBackoff)
+	return min(d, o.MaxBackoff)
 }
 
 // retryLater puts j back on the queue after its backoff; it stays pending
@@ -471,8 +517,10 @@ func (c *FanoutQueue) retryLater(j cleanupJob) {
 		return
 	}
 	c.timing.Add(1)
+	armed, wait := time.Now(), c.backoff(j.attempt)
 	var t *time.Timer
-	t = time.AfterFunc(c.backoff(j.attempt), func() {
+	// The func runs only once retryLater has let go of mu, t set.
+	t = time.AfterFunc(wait, func() {
 		defer c.timing.Done()
 		c.mu.Lock()
 		delete(c.timers, t)
@@ -489,7 +537,7 @@ func (c *FanoutQueue) retryLater(j cleanupJob) {
 			c.pending.Add(-1)
 		}
 	})
-	c.timers[t] = struct{}{}
+	c.timers[t] = retryWait{armed: armed, wait: wait, attempt: j.attempt}
 }
 
 // Stats returns the counters.

@@ -3,6 +3,7 @@ package container
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -170,6 +171,103 @@ func TestCleanupBackoffDoublesUpToMax(t *testing.T) {
 	assert.Equal(t, []time.Duration{10 * ms, 20 * ms, 40 * ms, 70 * ms, 70 * ms, 70 * ms}, got)
 	// Large attempt numbers must not overflow into a zero or negative wait.
 	assert.Equal(t, 70*ms, c.backoff(1000))
+}
+
+// A doubling past int64 nanoseconds is the longest backoff, not a negative
+// wait (a retry at once).
+func TestCleanupBackoffDoublingPastInt64IsTheLongest(t *testing.T) {
+	c := NewFanoutQueue(nil, CleanupOptions{InitialBackoff: 1 << 62, MaxBackoff: math.MaxInt64})
+	defer c.Close()
+	for attempt := 1; attempt <= 4; attempt++ {
+		d := c.backoff(attempt)
+		assert.Positive(t, d, "attempt %d", attempt)
+		assert.GreaterOrEqual(t, d, time.Duration(1<<62), "attempt %d", attempt)
+	}
+	assert.Equal(t, time.Duration(math.MaxInt64), c.backoff(2))
+}
+
+// retryTimers is how many retries of c wait on a timer.
+func retryTimers(c *FanoutQueue) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}
+
+// A retry already waiting under a long backoff takes the shorter one that
+// SetOptions puts in force: options put back take effect at once, and a
+// Flush does not wait out the long one (the C table flaked on this when a
+// failed attempt armed its retry just after the longest backoffs were set).
+func TestCleanupSetOptionsShortensWaitingRetries(t *testing.T) {
+	r := sendRecorder{fail: func(_ sentMsg, attempt int) error {
+		if attempt == 1 {
+			return errors.New("connection reset")
+		}
+		return nil
+	}}
+	c := newTestCleanup(t, r.send, CleanupOptions{InitialBackoff: time.Hour}, nil)
+	c.Release(7, []uint16{3})
+	require.Eventually(t, func() bool { return retryTimers(c) == 1 }, fanoutWait, fanoutPoll, "the failed attempt's retry is armed")
+	require.NoError(t, c.SetOptions(CleanupOptions{InitialBackoff: time.Millisecond}))
+	s := flushCleanup(t, c)
+	assert.Equal(t, CleanupStats{Sent: 1, Retried: 1}, s)
+	assert.Zero(t, retryTimers(c))
+}
+
+// Never later: a retry armed under a short backoff keeps it when the
+// options in force grow.
+func TestCleanupSetOptionsNeverDelaysWaitingRetries(t *testing.T) {
+	release := make(chan struct{})
+	r := sendRecorder{fail: func(_ sentMsg, attempt int) error {
+		if attempt == 1 {
+			<-release // the retry is armed once this returns; the test grows the backoff first
+			return errors.New("connection reset")
+		}
+		return nil
+	}}
+	c := newTestCleanup(t, r.send, CleanupOptions{InitialBackoff: 20 * time.Millisecond}, nil)
+	c.Release(7, []uint16{3})
+	close(release)
+	require.Eventually(t, func() bool { return retryTimers(c) == 1 }, fanoutWait, fanoutPoll, "the failed attempt's retry is armed")
+	require.NoError(t, c.SetOptions(CleanupOptions{InitialBackoff: time.Hour}))
+	s := flushCleanup(t, c)
+	assert.Equal(t, CleanupStats{Sent: 1, Retried: 1}, s)
+}
+
+// Options flipping between the longest and the shortest backoffs while
+// attempts fail and retries are armed: once the short ones are in force,
+// every retry runs, whichever order the flips and the arming took.
+func TestCleanupSetOptionsRacingRetries(t *testing.T) {
+	var attempts atomic.Int64
+	c := newTestCleanup(t, func(uint16, int64) error {
+		if attempts.Add(1)%2 == 1 {
+			return errors.New("connection reset")
+		}
+		return nil
+	}, CleanupOptions{MaxAttempts: 1000}, nil)
+	long := CleanupOptions{MaxAttempts: 1000, InitialBackoff: math.MaxInt64, MaxBackoff: math.MaxInt64}
+	short := CleanupOptions{MaxAttempts: 1000, InitialBackoff: time.Microsecond, MaxBackoff: time.Microsecond}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Until most attempts were made (each message's first and the retries
+		// that ran), or a bound: with retries lost, the attempts stop short.
+		deadline := time.Now().Add(fanoutWait)
+		for i := 0; attempts.Load() < 600 && time.Now().Before(deadline); i++ {
+			if i%2 == 0 {
+				assert.NoError(t, c.SetOptions(long))
+			} else {
+				assert.NoError(t, c.SetOptions(short))
+			}
+		}
+	}()
+	for i := range 200 {
+		c.Release(int64(i), []uint16{1, 2})
+	}
+	<-done
+	require.NoError(t, c.SetOptions(short))
+	s := flushCleanup(t, c)
+	assert.Equal(t, int64(400), s.Sent)
+	assert.Zero(t, s.Failed+s.Dropped)
 }
 
 func TestCleanupSendsOneMessagePerWorker(t *testing.T) {

@@ -565,8 +565,10 @@ typedef struct dac_cleanup_options {
 ** Since 0.6.0. */
 #define DAC_CLEANUP_OPTIONS_INIT {sizeof(dac_cleanup_options), 0, 0, 0, 0}
 
-/* Tunes the fan-out, for messages from now on: every option at once, each
-** 0 taking its default. DAC_ERR_INVALID_ARGUMENT if options is NULL, its
+/* Tunes the fan-out, for attempts from now on: every option at once, each
+** 0 taking its default. A retry already waiting moves earlier where the
+** new backoffs give it a shorter wait, never later: options put back from
+** a long backoff take effect at once. DAC_ERR_INVALID_ARGUMENT if options is NULL, its
 ** size is smaller than this struct's first version (40 bytes) or sets an
 ** option this library does not know, a value is negative, max_pending is
 ** above DAC_CLEANUP_MAX_PENDING_LIMIT ("distautograd:

@@ -683,7 +683,8 @@ class DistAutogradContainer {
     detail::check(dac_set_log_hook(detail::callLogHook, nullptr));
   }
 
-  // Tunes the fan-out for messages from now on; throws Error
+  // Tunes the fan-out for attempts from now on (a waiting retry moves
+  // earlier where the new backoffs are shorter, never later); throws Error
   // (DAC_ERR_INVALID_ARGUMENT) for a negative value, or a maxPending larger
   // than before once messages were sent.
   static void setCleanupOptions(const CleanupOptions& options) {

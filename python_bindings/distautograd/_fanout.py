@@ -210,8 +210,10 @@ def set_cleanup_options(
     max_backoff: Optional[float] = None,
     max_pending: Optional[int] = None,
 ) -> None:
-    """Tunes the fan-out, for messages from now on. Each call sets all four
-    options; one left out (None) or 0 takes the library's default:
+    """Tunes the fan-out, for attempts from now on (a retry already waiting
+    moves earlier where the new backoffs are shorter, never later). Each
+    call sets all four options; one left out (None) or 0 takes the
+    library's default:
 
     - ``max_attempts``: attempts per message, the first included
       ({max_attempts}: torch's 20 retries);
