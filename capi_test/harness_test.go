@@ -107,12 +107,17 @@ func runEnv(t testing.TB, env []string, bin string, args ...string) result {
 	cmd.Env = append(append(os.Environ(), "GLOG_minloglevel=2"), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var stacks string
+	cmd.Cancel = func() error {
+		stacks = threadStacks(cmd.Process.Pid)
+		return cmd.Process.Kill()
+	}
 	err := cmd.Run()
 	r := result{Stdout: stdout.String(), Stderr: stderr.String()}
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
-		t.Fatalf("%s %v did not finish in %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(bin), args, runTimeout, r.Stdout, r.Stderr)
+		t.Fatalf("%s %v did not finish in %v\nstdout:\n%s\nstderr:\n%s\nits threads when it was killed:\n%s", filepath.Base(bin), args, runTimeout, r.Stdout, r.Stderr, stacks)
 	case errors.As(err, &exit):
 		r.Code = exit.ExitCode()
 		if r.Code < 0 {
@@ -142,6 +147,29 @@ func headerVersion(t testing.TB) abi.Version {
 		t.Fatal(versionErr)
 	}
 	return version
+}
+
+// threadStacks returns the stack of every thread of process pid, as gdb
+// prints them, for the report of a program that hung; or why not.
+func threadStacks(pid int) string {
+	gdb, err := exec.LookPath("gdb")
+	if err != nil {
+		return "(no gdb on PATH: no stacks)"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, gdb, "-p", strconv.Itoa(pid), "-batch", "-nx",
+		"-ex", "set pagination off", "-ex", "thread apply all bt").CombinedOutput()
+	var keep []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(line, "[New LWP") {
+			keep = append(keep, line)
+		}
+	}
+	if err != nil {
+		keep = append(keep, "(gdb: "+err.Error()+")")
+	}
+	return strings.Join(keep, "\n")
 }
 
 // run runs bin with args, fails the test unless it exits with status 0, and

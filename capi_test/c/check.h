@@ -26,6 +26,11 @@
 
 #include <distautograd.h>
 
+/* Line-buffered stdout, set before main: a program killed because it hung
+** has printed every line up to where it hung (to a pipe, stdout is
+** otherwise written a block at a time, and the kill loses the last one). */
+__attribute__((constructor)) static void check_stdout_by_line(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
+
 /* CLOCK_MONOTONIC, in milliseconds and in nanoseconds. */
 static inline int64_t now_ms(void) {
 	struct timespec ts;
