@@ -214,21 +214,24 @@ func TestCleanupSetOptionsShortensWaitingRetries(t *testing.T) {
 }
 
 // Never later: a retry armed under a short backoff keeps it when the
-// options in force grow.
+// options in force grow (its timer keeps its wait; the retry runs).
 func TestCleanupSetOptionsNeverDelaysWaitingRetries(t *testing.T) {
-	release := make(chan struct{})
+	const short = 500 * time.Millisecond // far above a poll's delay, well below fanoutWait
 	r := sendRecorder{fail: func(_ sentMsg, attempt int) error {
 		if attempt == 1 {
-			<-release // the retry is armed once this returns; the test grows the backoff first
 			return errors.New("connection reset")
 		}
 		return nil
 	}}
-	c := newTestCleanup(t, r.send, CleanupOptions{InitialBackoff: 20 * time.Millisecond}, nil)
+	c := newTestCleanup(t, r.send, CleanupOptions{InitialBackoff: short}, nil)
 	c.Release(7, []uint16{3})
-	close(release)
-	require.Eventually(t, func() bool { return retryTimers(c) == 1 }, fanoutWait, fanoutPoll, "the failed attempt's retry is armed")
+	require.Eventually(t, func() bool { return retryTimers(c) == 1 || len(r.messages()) == 2 }, fanoutWait, fanoutPoll, "the failed attempt's retry is armed")
 	require.NoError(t, c.SetOptions(CleanupOptions{InitialBackoff: time.Hour}))
+	c.mu.Lock()
+	for _, w := range c.timers {
+		assert.Equal(t, short, w.wait, "a waiting retry's wait grew with the options")
+	}
+	c.mu.Unlock()
 	s := flushCleanup(t, c)
 	assert.Equal(t, CleanupStats{Sent: 1, Retried: 1}, s)
 }
