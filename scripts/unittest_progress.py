@@ -5,9 +5,14 @@ test that fails, errs or skips (with --each-test, a line as each test
 ends), the tracebacks at the end, and the counts and the failed tests as
 JSON for the summary of `make test` (scripts/run-tests).
 
-    unittest_progress.py [--json FILE] [--each-test] [-k PATTERN]... -s START_DIR [-t TOP_LEVEL_DIR]
+    unittest_progress.py [--json FILE] [--each-test] [--test-timeout S] [-k PATTERN]... -s START_DIR [-t TOP_LEVEL_DIR]
 
--k runs only the tests whose id holds PATTERN (as unittest's -k).
+-k runs only the tests whose id holds PATTERN (as unittest's -k). A test
+that runs past --test-timeout seconds (DEFAULT_TEST_TIMEOUT) is a hang: the
+stack of every Python thread goes to stderr, then the process exits with
+status 1, so a stuck test names where it is stuck instead of stalling the
+suite (faulthandler's watchdog, a C thread: it fires even while a thread
+holds the GIL in C).
 
 Exit status 0 when every test passed or skipped, 1 otherwise (also when
 nothing was found: a suite that runs no test is broken).
@@ -15,6 +20,7 @@ nothing was found: a suite that runs no test is broken).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import io
 import json
 import sys
@@ -22,6 +28,11 @@ import time
 import traceback
 import unittest
 from typing import Dict, List, Optional, Tuple
+
+
+#: Seconds a single test may run before it counts as hung: several times
+#: the longest test's (a torch job with faults, about a minute).
+DEFAULT_TEST_TIMEOUT = 900.0
 
 
 def module_of(test: unittest.TestCase) -> str:
@@ -45,10 +56,12 @@ class ProgressResult(unittest.TestResult):
     """Counts per module; main prints a module's line when its suite ends
     (its class and module fixtures included in its time)."""
 
-    def __init__(self, stream: io.TextIOBase, each_test: bool = False) -> None:
+    def __init__(self, stream: io.TextIOBase, each_test: bool = False,
+                 test_timeout: float = DEFAULT_TEST_TIMEOUT) -> None:
         super().__init__()
         self.stream = stream
         self.each_test = each_test
+        self.test_timeout = test_timeout
         self.test_started = 0.0
         self.current: Optional[ModuleCounts] = None
         self.modules: List[Dict[str, object]] = []
@@ -93,9 +106,12 @@ class ProgressResult(unittest.TestResult):
     def startTest(self, test: unittest.TestCase) -> None:
         self._module(test)
         self.test_started = time.monotonic()
+        if self.test_timeout > 0:
+            faulthandler.dump_traceback_later(self.test_timeout, exit=True, file=sys.stderr)
         super().startTest(test)
 
     def stopTest(self, test: unittest.TestCase) -> None:
+        faulthandler.cancel_dump_traceback_later()
         super().stopTest(test)
         if self.each_test:
             self._line("  ... %s (%.1fs)" % (test.id(), time.monotonic() - self.test_started))
@@ -161,6 +177,8 @@ def main() -> int:
     ap.add_argument("--json", help="write the counts here")
     ap.add_argument("--each-test", action="store_true",
                     help="also a line as each test ends (for suites whose modules run for minutes)")
+    ap.add_argument("--test-timeout", type=float, default=DEFAULT_TEST_TIMEOUT,
+                    help="seconds a test may run before the stacks are dumped and the run ends (0: no bound)")
     ap.add_argument("-k", dest="patterns", action="append", help="only the tests whose id holds this")
     args = ap.parse_args()
 
@@ -170,7 +188,7 @@ def main() -> int:
         unittest.defaultTestLoader.testNamePatterns = ["*%s*" % p for p in args.patterns]
     suite = unittest.defaultTestLoader.discover(args.start_directory, args.pattern, args.top_level_directory)
     out = sys.stdout
-    result = ProgressResult(out, each_test=args.each_test)
+    result = ProgressResult(out, each_test=args.each_test, test_timeout=args.test_timeout)
     started = time.monotonic()
     # discover gives one suite per test module: each runs as a top-level
     # suite, which tears its class and module fixtures down at its end.

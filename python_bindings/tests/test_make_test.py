@@ -7,7 +7,8 @@ And the Makefile's own first steps: on a machine without Go (and without
 cmake), `make help` works, `make` says in one line what to install, and
 `make test` one line per missing tool; a make that builds with another Go
 than go.mod's toolchain line says which. The README's set-up installs
-what run-tests checks for, and the Go go.mod names."""
+what run-tests checks for, and the Go go.mod names. A test that hangs
+ends its suite's run with every thread's stack (unittest_progress.py)."""
 from __future__ import annotations
 
 import importlib.machinery
@@ -102,6 +103,37 @@ class MakeTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("failed tests:\n  go      p/b TestBad/case\n  go      p/b TestBad\n", r.stdout)
 
+
+UNITTEST_PROGRESS = os.path.join(_support.ROOT, "scripts", "unittest_progress.py")
+
+
+class TestTimeout(unittest.TestCase):
+    """scripts/unittest_progress.py's bound on one test: a hung test dumps
+    every Python thread's stack and ends the run, naming where it hung; the
+    bound is per test, so a suite longer than it runs whole."""
+
+    def progress(self, body: str, *args: str) -> subprocess.CompletedProcess:
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        with open(os.path.join(tmp.name, "test_timed.py"), "w", encoding="utf-8") as f:
+            f.write("import threading, time, unittest\n\n\nclass T(unittest.TestCase):\n" + body)
+        return subprocess.run([sys.executable, UNITTEST_PROGRESS, "-s", tmp.name, *args],
+                              capture_output=True, text=True, timeout=120)
+
+    def test_a_hung_test_dumps_its_stack_and_ends_the_run(self) -> None:
+        r = self.progress("    def test_waits_forever(self):\n        threading.Event().wait()\n",
+                          "--test-timeout", "1")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("Timeout (0:00:01)!", r.stderr)
+        self.assertIn("in test_waits_forever", r.stderr)
+        self.assertNotIn("DONE", r.stdout)
+
+    def test_the_bound_is_per_test(self) -> None:
+        body = "".join("    def test_%d(self):\n        time.sleep(1)\n" % i for i in range(6))
+        r = self.progress(body, "--test-timeout", "5")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("DONE 6 tests, 0 skipped, 0 failed", r.stdout)
+        self.assertNotIn("Timeout", r.stderr)
 
 def go_mod_toolchain() -> str:
     with open(os.path.join(_support.ROOT, "go.mod"), encoding="utf-8") as f:
