@@ -216,7 +216,8 @@ func (c *FanoutQueue) shortenRetries() {
 			continue
 		}
 		t.Reset(max(d-now.Sub(w.armed), 0))
-		c.timers[t] = retryWait{armed: w.armed, wait: d, attempt: w.attempt}
+		w.wait = d
+		c.timers[t] = w
 	}
 }
 

@@ -20,6 +20,20 @@ static int sender(void *user_data, int32_t worker_id, int64_t context_id) {
 	return 0;
 }
 
+/* Releases a new context that worker 4 knows: one cleanup message. */
+static void release_told_to_worker_4(void) {
+	dac_context *ctx = NULL;
+	int64_t id = 0;
+	MUST(dac_context_new_id(&ctx, &id));
+	MUST(dac_context_add_known_worker_id(ctx, 4));
+	SHOW(dac_context_release(id));
+	MUST(dac_context_unref(ctx));
+}
+
+static void print_delivered(int64_t pending) {
+	printf("delivered %d, pending %lld\n", __atomic_load_n(&delivered, __ATOMIC_RELAXED), (long long)pending);
+}
+
 int main(void) {
 	printf("limit %lld, default %lld\n", (long long)DAC_CLEANUP_MAX_PENDING_LIMIT,
 	       (long long)DAC_CLEANUP_DEFAULT_MAX_PENDING);
@@ -38,14 +52,10 @@ int main(void) {
 
 	printf("-- a message queued\n");
 	MUST(dac_set_cleanup_sender(sender, NULL));
-	dac_context *ctx = NULL;
-	int64_t id = 0, pending = -1;
-	MUST(dac_context_new_id(&ctx, &id));
-	MUST(dac_context_add_known_worker_id(ctx, 4));
-	SHOW(dac_context_release(id));
-	MUST(dac_context_unref(ctx));
+	int64_t pending = -1;
+	release_told_to_worker_4();
 	SHOW(dac_cleanup_flush(10000, &pending));
-	printf("delivered %d, pending %lld\n", __atomic_load_n(&delivered, __ATOMIC_RELAXED), (long long)pending);
+	print_delivered(pending);
 
 	printf("-- grown past the queue made\n");
 	o.max_pending = DAC_CLEANUP_DEFAULT_MAX_PENDING + 1;
@@ -61,15 +71,12 @@ int main(void) {
 	o.max_backoff_us = INT64_MAX;
 	SHOW(dac_cleanup_configure(&o));
 	__atomic_store_n(&fail_next, 1, __ATOMIC_SEQ_CST);
-	MUST(dac_context_new_id(&ctx, &id));
-	MUST(dac_context_add_known_worker_id(ctx, 4));
-	SHOW(dac_context_release(id));
-	MUST(dac_context_unref(ctx));
+	release_told_to_worker_4();
 	SHOW(dac_cleanup_flush(100, &pending));
-	printf("delivered %d, pending %lld\n", __atomic_load_n(&delivered, __ATOMIC_RELAXED), (long long)pending);
+	print_delivered(pending);
 	dac_cleanup_options defaults = DAC_CLEANUP_OPTIONS_INIT;
 	SHOW(dac_cleanup_configure(&defaults));
 	SHOW(dac_cleanup_flush(10000, &pending));
-	printf("delivered %d, pending %lld\n", __atomic_load_n(&delivered, __ATOMIC_RELAXED), (long long)pending);
+	print_delivered(pending);
 	return 0;
 }
