@@ -14,9 +14,9 @@ median of the rounds' ratios, with the interval that holds it in 90 % of
 processes, their threads' placement, their heaps, the library loaded.
 
 Besides the ratio it prints, per operation (a pass, a step), for each side:
-- each container member torch called: how often, and the wall time spent
-  in it (time stamp counter ticks around the call, ab.S; a member that
-  another calls counts in both), with --timed (the default);
+- each container member torch called: how often, the wall time spent in
+  it (time stamp counter ticks around the call, ab.S; a member that
+  another calls counts in both) and its median call, unless --untimed;
 - each class of threads: CPU time, time waiting for a CPU, and switches
   (/proc schedstat), "go" being the threads Go's runtime started (those
   blocked in the library's code when first seen).
@@ -68,12 +68,20 @@ def switch(side, timed):
 
 
 def take():
-    """Each member's (ticks, calls) since the last take."""
+    """Each member's (ticks, calls, [ticks of each call]) since the last
+    take."""
     lib = ab()
     buf = (ctypes.c_ulong * (2 * lib.dat_ab_take(None)))()
     n = lib.dat_ab_take(buf)
     lib.dat_ab_name.restype = ctypes.c_char_p
-    return {lib.dat_ab_name(i).decode(): (buf[2 * i], buf[2 * i + 1]) for i in range(n)}
+    lib.dat_ab_samples.restype = ctypes.c_long
+    out = {}
+    for i in range(n):
+        calls = buf[2 * i + 1]
+        got = (ctypes.c_ulong * max(calls, 1))()
+        k = lib.dat_ab_samples(i, got, ctypes.c_long(calls))
+        out[lib.dat_ab_name(i).decode()] = (buf[2 * i], calls, list(got[:max(k, 0)]))
+    return out
 
 
 def burn(n):
@@ -115,6 +123,11 @@ def threads():
         cls = "main" if tid == me else "go" if tid in _go_threads else "rpc/pool" if comm.startswith("python") else comm
         out[tid] = (cls, run, wait, n)
     return out
+
+
+def median_ns(samples, rate):
+    """The median call of a member, in ns (0 without calls)."""
+    return statistics.median(samples) / rate if samples else 0.0
 
 
 def ticks_per_ns():
@@ -204,10 +217,11 @@ def main():
             got[side] = statistics.median(figures)
             medians[side].append(got[side])
             for w in workers:
-                for name, (ticks, calls) in taken[w].items():
-                    m = members[side].setdefault((w, name), [0, 0])
+                for name, (ticks, calls, samples) in taken[w].items():
+                    m = members[side].setdefault((w, name), [0, 0, []])
                     m[0] += ticks
                     m[1] += calls
+                    m[2] += samples
                 for tid, (cls, run, wait, n) in after[w].items():
                     b = before[w].get(tid, (cls, 0, 0, 0))
                     c = cpu[side].setdefault((w, cls), [0, 0, 0])
@@ -234,21 +248,22 @@ def main():
             b[0] / ops / 1e3, b[1] / ops / 1e3, b[2] / ops))
     if timed:
         print()
-        print("%-30s %7s %10s | %7s %10s %10s" % ("members (an op)", "calls", "native ns", "calls", "backend ns",
-                                                   "difference"))
+        print("%-30s %7s %10s %8s | %7s %10s %8s %10s" % ("members (an op; a call)", "calls", "native ns",
+                                                          "a call", "calls", "backend ns", "a call", "difference"))
         total = {NATIVE: 0.0, BACKEND: 0.0}
         for key in sorted(set(members[NATIVE]) | set(members[BACKEND])):
-            a, b = members[NATIVE].get(key, [0, 0]), members[BACKEND].get(key, [0, 0])
+            a, b = members[NATIVE].get(key, [0, 0, []]), members[BACKEND].get(key, [0, 0, []])
             if a[1] == 0 and b[1] == 0:
                 continue
             an, bn = a[0] / rate / ops, b[0] / rate / ops
             if key[1] not in ("sendReleaseContextRpc", "eraseContextIdAndReset"):  # inside releases
                 total[NATIVE] += an
                 total[BACKEND] += bn
-            print("%-30s %7.2f %10.0f | %7.2f %10.0f %+10.0f" % (
-                " ".join(key) if len(workers) > 1 else key[1], a[1] / ops, an, b[1] / ops, bn, bn - an))
-        print("%-30s %7s %10.0f | %7s %10.0f %+10.0f" % ("public members", "", total[NATIVE], "", total[BACKEND],
-                                                         total[BACKEND] - total[NATIVE]))
+            print("%-30s %7.2f %10.0f %8.0f | %7.2f %10.0f %8.0f %+10.0f" % (
+                " ".join(key) if len(workers) > 1 else key[1], a[1] / ops, an, median_ns(a[2], rate), b[1] / ops,
+                bn, median_ns(b[2], rate), bn - an))
+        print("%-30s %7s %10.0f %8s | %7s %10.0f %8s %+10.0f" % ("public members", "", total[NATIVE], "", "",
+                                                               total[BACKEND], "", total[BACKEND] - total[NATIVE]))
     if args.json:
         name = (lambda key: " ".join(key) if len(workers) > 1 else key[1])
         report = {"op": args.op, "torch": torch.__version__, "rounds": args.rounds, "ratio": statistics.median(ratios),
@@ -256,7 +271,8 @@ def main():
                   "ns": {SIDES[s]: statistics.median(medians[s]) for s in (NATIVE, BACKEND)},
                   "threads": {SIDES[s]: {name(k): [v[0] / ops / 1e3, v[1] / ops / 1e3, v[2] / ops]
                                          for k, v in cpu[s].items()} for s in (NATIVE, BACKEND)},
-                  "members": {SIDES[s]: {name(k): [v[1] / ops, v[0] / rate / ops] for k, v in members[s].items() if v[1]}
+                  "members": {SIDES[s]: {name(k): [v[1] / ops, v[0] / rate / ops, median_ns(v[2], rate)]
+                                         for k, v in members[s].items() if v[1]}
                               for s in (NATIVE, BACKEND)} if timed else None}
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

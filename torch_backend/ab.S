@@ -3,7 +3,8 @@
 ** DAT_AB, says what the build is). dat_ab_wrap_<i> calls the member that
 ** dat_ab_target[i] names, with the caller's arguments, and adds the time
 ** stamp counter's ticks it took and one call to dat_ab_ticks[2i],
-** dat_ab_ticks[2i+1]. The members take at most three integer arguments and
+** dat_ab_ticks[2i+1], and keeps the call's ticks as a sample
+** (dat_ab_sample, shim.c: the medians). The members take at most three integer arguments and
 ** return in rax:rdx (a returned shared_ptr through the hidden pointer in
 ** rdi, which comes back in rax), so saving the six argument registers and
 ** the two return registers covers every one; the frame is rbp-based with
@@ -36,6 +37,7 @@ dat_ab_ticks:
 	call *(dat_ab_target+8*i)(%rip);                                                            \
 	movq %rax, (%rsp); pushq %rdx;                                                              \
 	lfence; rdtsc; shlq $32, %rdx; orq %rdx, %rax; subq %rbx, %rax;                             \
+	pushq %rax; movl $i, %edi; movq %rax, %rsi; call dat_ab_sample; popq %rax;                  \
 	lock xaddq %rax, (dat_ab_ticks+16*i)(%rip);                                                 \
 	lock incq (dat_ab_ticks+16*i+8)(%rip);                                                      \
 	popq %rdx; movq (%rsp), %rax; addq $8, %rsp;                                                \

@@ -7,7 +7,7 @@ libtorch's (its own release sends the cleanup message through its
 sendReleaseContextRpc and erases through eraseContextIdAndReset), on the
 backend side none of libtorch's private members runs (both are timed on
 both sides, so a switch that did not take shows), both sides make the
-same public calls, and each side's op is timed.
+same public calls, and each side's op and each member's calls are timed.
 """
 from __future__ import annotations
 
@@ -50,6 +50,10 @@ class TestTorchAB(BackendTest):
         for side in ("native", "backend"):
             self.assertGreater(report["ns"][side], 0)
             self.assertIn("main", report["threads"][side])
+            # Every member called has its calls' median (ab.S keeps each
+            # call's ticks), a call's share of what the member took.
+            for name, (calls, ns, median) in report["members"][side].items():
+                self.assertGreater(median, 0, (side, name))
 
     def test_step_switches_every_worker(self):
         report = self.run_ab("step", 2)
