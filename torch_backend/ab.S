@@ -4,11 +4,12 @@
 ** dat_ab_target[i] names, with the caller's arguments, and adds the time
 ** stamp counter's ticks it took and one call to dat_ab_ticks[2i],
 ** dat_ab_ticks[2i+1], and keeps the call's ticks as a sample
-** (dat_ab_sample, shim.c: the medians). The members take at most three integer arguments and
-** return in rax:rdx (a returned shared_ptr through the hidden pointer in
-** rdi, which comes back in rax), so saving the six argument registers and
-** the two return registers covers every one; the frame is rbp-based with
-** its CFI, so an exception thrown by a member unwinds through it. */
+** (dat_ab_sample, shim.c: the medians). The members take at most three
+** integer arguments and return in rax:rdx (a returned shared_ptr through
+** the hidden pointer in rdi, which comes back in rax), so saving the six
+** argument registers and the two return registers covers every one; the
+** frame is rbp-based with its CFI, so an exception thrown by a member
+** unwinds through it. */
 #include "symbols.h"
 
 	.bss

@@ -277,10 +277,10 @@ __attribute__((visibility("default"))) int dat_ab_switch(int backend, int timed)
 	return 0;
 }
 
-/* Each member's ticks per call since the last dat_ab_take, the first
-** DAT_AB_SAMPLES of them (a chunk makes far fewer): what the medians are
-** taken from, as a sum hides whether a member is slow every call or now
-** and then. The wrappers (ab.S) keep them, the stack aligned for a call. */
+/* Each member's ticks per call since its last dat_ab_samples, the first
+** DAT_AB_SAMPLES of them: what the medians are taken from, as a sum hides
+** whether a member is slow every call or now and then. The wrappers
+** (ab.S) keep them, the stack aligned for a call. */
 #define DAT_AB_SAMPLES 4096
 static unsigned long ab_samples[DAT_NSYMS][DAT_AB_SAMPLES];
 static unsigned long ab_nsamples[DAT_NSYMS];
@@ -293,8 +293,7 @@ __attribute__((visibility("hidden"))) void dat_ab_sample(unsigned member, unsign
 
 /* Copies each member's time stamp counter ticks and calls since the last
 ** call into out (2 * DAT_NSYMS: ticks, calls), and starts them over;
-** returns DAT_NSYMS (out NULL: that alone). Called between chunks, while
-** no member runs. */
+** returns DAT_NSYMS (out NULL: that alone). */
 __attribute__((visibility("default"))) int dat_ab_take(unsigned long *out) {
 	for (int i = 0; out != NULL && i < 2 * DAT_NSYMS; i++)
 		out[i] = __atomic_exchange_n(&dat_ab_ticks[i], 0, __ATOMIC_RELAXED);
@@ -303,7 +302,9 @@ __attribute__((visibility("default"))) int dat_ab_take(unsigned long *out) {
 
 /* Copies member's samples since the last dat_ab_samples of it (at most
 ** cap) into out, starts them over, and returns how many it copied; -1 for
-** a member that is not one. Called between chunks, while no member runs. */
+** a member that is not one. torchab calls it between chunks; a call that
+** races it (a late cleanup message's) may have its sample counted in
+** either chunk, or overwrite another's: the medians are a benchmark's. */
 __attribute__((visibility("default"))) long dat_ab_samples(int member, unsigned long *out, long cap) {
 	if (member < 0 || member >= DAT_NSYMS || (out == NULL && cap > 0))
 		return -1;
