@@ -135,6 +135,7 @@ class TestTimeout(unittest.TestCase):
         self.assertIn("DONE 6 tests, 0 skipped, 0 failed", r.stdout)
         self.assertNotIn("Timeout", r.stderr)
 
+
 def go_mod_toolchain() -> str:
     with open(os.path.join(_support.ROOT, "go.mod"), encoding="utf-8") as f:
         return re.search(r"^toolchain (\S+)$", f.read(), re.M).group(1)
