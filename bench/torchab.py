@@ -41,7 +41,7 @@ import torchbench  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 BUILD = os.path.join(ROOT, "build")
-SHIM = os.path.join(BUILD, "libdistautograd_torch_ab.so")
+SHIM = torchbench.AB_SHIM
 NATIVE, BACKEND = 0, 1
 SIDES = ("native", "backend")
 #: Backend context ids start past every id native's side will make (and at

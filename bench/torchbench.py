@@ -31,13 +31,21 @@ its version in each row's label), replacing earlier rows of that torch;
 the other rows stay. make bench-torch runs it with the host's torch 1.13,
 then inside the Debian 13 root with its torch 2.6 (scripts/torch-root).
 
-usage: python3 bench/torchbench.py [--pairs N] [--rounds R] [--job-pairs M] [--job-rounds S]
+With --aa, the method's zero: the "backend" side preloads the A/B build
+of the shim (make torch-ab) with every member pointed back at libtorch,
+so that a pair is native against native with the library loaded and Go's
+runtime started; its ratios show what the placement of processes and the
+library's mere presence move, and nothing is written to build/bench.json.
+
+usage: python3 bench/torchbench.py [--aa] [--pairs N] [--rounds R] [--job-pairs M] [--job-rounds S]
        (N pairs of one-process sides of R rounds; M pairs of training jobs
        of S rounds; -h prints the defaults, COUNTS)
 """
 import contextlib
+import ctypes
 import json
 import os
+import random
 import select
 import signal
 import socket
@@ -50,6 +58,10 @@ import time
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 BUILD = os.path.join(ROOT, "build")
 JOB = os.path.join(ROOT, "torch_backend", "tests")
+#: The A/B build of the shim (make torch-ab): bench/torchab.py's, and --aa's.
+AB_SHIM = os.path.join(BUILD, "libdistautograd_torch_ab.so")
+#: The flag of the method's zero (the docstring), passed on to the sides.
+AA = "--aa"
 
 #: This machine's torch (Debian 12's): its rows' labels are the operations alone.
 HOST_TORCH = "1.13"
@@ -97,7 +109,19 @@ def serve(fns, out):
 def check_served(backend):
     """Fails the side whose container is not the one it is meant to time.
     The native side only reads its maps: importing distautograd would load
-    the library into it."""
+    the library into it. --aa's "backend" side points every member back at
+    libtorch (the A/B build refuses where the backend does not serve)."""
+    if backend and AA in sys.argv:
+        import torch.distributed.autograd as da
+
+        if ctypes.CDLL(AB_SHIM).dat_ab_switch(0, 0) != 0:
+            sys.exit("torchbench: --aa: the A/B build does not serve this process")
+        # The library the backend loaded (the same object, not a second).
+        lib, n = ctypes.CDLL(os.path.join(BUILD, "libdistautograd.so.0")), ctypes.c_int64(-1)
+        with da.context():
+            if lib.dac_num_contexts(ctypes.byref(n)) != 0 or n.value != 0:
+                sys.exit("torchbench: --aa: a context went to the library, not to libtorch")
+        return
     if backend:
         sys.path.insert(0, os.path.join(ROOT, "python_bindings"))
         import distautograd.torch
@@ -240,6 +264,8 @@ class Side:
     #: The script each process runs (bench/torchmem.py's sides run it).
     script = os.path.abspath(__file__)
     prog = "torchbench"
+    #: --aa (the docstring): the "backend" side is libtorch's, the library loaded.
+    aa = False
 
     def __init__(self, backend, argvs):
         self.backend = backend
@@ -248,9 +274,10 @@ class Side:
         env = dict(os.environ, GLOG_minloglevel="2", USE_LIBUV="0")
         env.pop("LD_PRELOAD", None)
         if backend:
-            env["LD_PRELOAD"] = os.path.join(BUILD, "libdistautograd_torch.so")
+            env["LD_PRELOAD"] = AB_SHIM if self.aa else os.path.join(BUILD, "libdistautograd_torch.so")
+        flags = [AA] if backend and self.aa else []
         self.errs = [tempfile.TemporaryFile(mode="w+") for _ in argvs]
-        self.procs = [subprocess.Popen([sys.executable, self.script] + argv + [self.name], env=env,
+        self.procs = [subprocess.Popen([sys.executable, self.script] + argv + flags + [self.name], env=env,
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
                       for argv, err in zip(argvs, self.errs)]
         self.lead = self.procs[0]
@@ -430,6 +457,14 @@ def run_pair(argvs, ops, rounds):
     return figures
 
 
+def pairs_interval(ratios, resamplings=4000):
+    """Where the median of ratios falls in 90 % of resamplings of them (as
+    the report's interval resamples pairs)."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamplings))
+    return medians[resamplings // 20], medians[resamplings - 1 - resamplings // 20]
+
+
 def main():
     import torch
 
@@ -440,6 +475,9 @@ def main():
             counts[flag] = int(sys.argv[sys.argv.index(flag) + 1])
     if min(counts.values()) < 1:
         sys.exit("torchbench: %s take a count >= 1" % ", ".join(counts))
+    Side.aa = AA in sys.argv
+    if Side.aa and not os.path.exists(AB_SHIM):
+        sys.exit("torchbench: --aa: %s is missing: make torch-ab" % AB_SHIM)
     # Per op: every chunk figure of each side, and each pair's ratio.
     per_op = {key: {"dac": [], "nat": [], "pairs": []} for _, key, _, _ in OPS + [TRAIN_OP]}
     t0 = time.monotonic()
@@ -462,6 +500,16 @@ def main():
         pair(lambda: [["--worker"]], OPS, counts["--rounds"], "one-process", n, counts["--pairs"])
     for n in range(counts["--job-pairs"]):
         pair(job, [TRAIN_OP], counts["--job-rounds"], "training-job", n, counts["--job-pairs"])
+    if Side.aa:
+        print("A/A, torch %s: native against native with the library loaded (the A/B build pointed at libtorch)"
+              % version)
+        print("| operation | loaded ns/op | torch ns/op | ratio | 90 % of resampled pairs |\n|---|---:|---:|---:|---|")
+        for name, key, _, _ in OPS[:2] + [TRAIN_OP] + OPS[2:]:
+            f = per_op[key]
+            lo, hi = pairs_interval(f["pairs"])
+            print("| %s | %.1f | %.1f | %.3f | %.3f-%.3f |" % (name, statistics.median(f["dac"]),
+                  statistics.median(f["nat"]), statistics.median(f["pairs"]), lo, hi))
+        return
     rows = []
     print("| operation | distautograd ns/op | torch ns/op | ratio |\n|---|---:|---:|---:|")
     for name, key, _, _ in OPS[:2] + [TRAIN_OP] + OPS[2:]:

@@ -20,6 +20,7 @@ import unittest
 from torch_backend.tests.test_backend import BackendTest, PYTHON, ROOT, TIMEOUT
 
 TORCHAB = os.path.join(ROOT, "bench", "torchab.py")
+TORCHBENCH = os.path.join(ROOT, "bench", "torchbench.py")
 
 
 class TestTorchAB(BackendTest):
@@ -70,6 +71,36 @@ class TestTorchAB(BackendTest):
         self.assertEqual(native["w0 sendReleaseContextRpc"][0], 1.0, native)
         self.assertNotIn("w0 sendReleaseContextRpc", backend)
         self.assertNotIn("w0 eraseContextIdAndReset", backend)
+
+
+class TestTorchBenchAA(BackendTest):
+    """bench/torchbench.py --aa, short: pairs of native against native with
+    the library loaded (the A/B build pointed back at libtorch; each such
+    side fails unless a context it makes goes to libtorch), printed, never
+    written to make bench's report."""
+
+    def test_aa_times_libtorch_on_both_sides_and_writes_nothing(self):
+        report = os.path.join(ROOT, "build", "bench.json")
+
+        def text():
+            if not os.path.exists(report):
+                return None
+            with open(report) as f:
+                return f.read()
+
+        before = text()
+        run = subprocess.run([PYTHON, TORCHBENCH, "--aa", "--pairs", "1", "--rounds", "1", "--job-pairs", "1",
+                              "--job-rounds", "1"], cwd=ROOT, capture_output=True, text=True, timeout=2 * TIMEOUT)
+        self.assertEqual(run.returncode, 0, "bench/torchbench.py --aa failed:\n%s\n%s"
+                         % (run.stdout[-3000:], run.stderr[-3000:]))
+        self.assertIn("A/A, torch", run.stdout)
+        rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and "ns/op" not in line]
+        # The pass, pass + backward, the step, the cycle and the two lookups.
+        self.assertEqual(len(rows), 6, run.stdout)
+        for row in rows:
+            ratio = float(row.split("|")[4])
+            self.assertGreater(ratio, 0, row)
+        self.assertEqual(text(), before, "--aa wrote make bench's report")
 
 
 if __name__ == "__main__":
