@@ -392,7 +392,7 @@ clean: ## remove build outputs
 # (it then says so and leaves torch native).
 TORCH_SHIM  := $(BUILD)/libdistautograd_torch.so
 # The A/B build of the shim (shim.c: DAT_AB), beside the implementations
-# it loads: bench/torchab.py alone preloads it (and its test). Never
+# it loads: bench/torchab.py and torchbench.py --aa preload it. Never
 # installed.
 TORCH_AB_SHIM := $(BUILD)/libdistautograd_torch_ab.so
 # The served versions are symbols.h's (the shim's list).
@@ -437,7 +437,7 @@ $(TORCH_SHIM): torch_backend/shim.S torch_backend/shim.c torch_backend/say.h tor
 	@echo "cc $@"
 	@$(CC) -std=gnu11 -O2 -fPIC -Wall -Wextra -Werror -shared -o $@ torch_backend/shim.S torch_backend/shim.c \
 	  -Wl,--version-script=torch_backend/shim.map -Wl,-z,now -Wl,-z,noexecstack
-torch-ab: $(TORCH_AB_SHIM) $(TORCH_IMPLS) ## build/libdistautograd_torch_ab.so: the shim that switches one process between torch's container and the backend, for bench/torchab.py
+torch-ab: $(TORCH_AB_SHIM) $(TORCH_IMPLS) ## build/libdistautograd_torch_ab.so: the shim that switches one process between torch's container and the backend, for bench/torchab.py and torchbench.py --aa
 $(TORCH_AB_SHIM): torch_backend/shim.S torch_backend/ab.S torch_backend/shim.c torch_backend/say.h torch_backend/symbols.h torch_backend/shim.map
 	@mkdir -p $(BUILD)
 	@echo "cc $@"

@@ -1,5 +1,5 @@
 /* ab.S: the timing wrappers of the A/B build of the shim (make torch-ab:
-** build/libdistautograd_torch_ab.so, for bench/torchab.py only; shim.c,
+** build/libdistautograd_torch_ab.so, for bench/ only; shim.c,
 ** DAT_AB, says what the build is). dat_ab_wrap_<i> calls the member that
 ** dat_ab_target[i] names, with the caller's arguments, and adds the time
 ** stamp counter's ticks it took and one call to dat_ab_ticks[2i],

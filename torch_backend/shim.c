@@ -243,7 +243,7 @@ __attribute__((visibility("hidden"))) unsigned dat_resolve(unsigned index) {
 
 #ifdef DAT_AB
 /* The A/B build (make torch-ab: build/libdistautograd_torch_ab.so), for
-** bench/torchab.py alone, never for a job: one process alternates between
+** bench/torchab.py and torchbench.py --aa, never a real job: one process alternates between
 ** libtorch's own container and the backend, so that the two are compared
 ** with everything else held fixed (the process, its threads' placement,
 ** its heap), and times every public member (ab.S). Switching is safe only
