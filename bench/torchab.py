@@ -29,7 +29,6 @@ import atexit
 import ctypes
 import json
 import os
-import random
 import signal
 import statistics
 import subprocess
@@ -231,10 +230,10 @@ def main():
         ratios.append(got[BACKEND] / got[NATIVE])
     on_all(switch, BACKEND, False)
     ops = args.rounds * batches * k
-    boot = sorted(statistics.median(random.choices(ratios, k=len(ratios))) for _ in range(2000))
+    lo, hi = torchbench.median_interval(ratios, 2000)
     print("torchab: %s, %d rounds of %d x %d, torch %s" % (args.op, args.rounds, batches, k, torch.__version__))
     print("ratio backend/native %.4f (90%%: %.4f-%.4f); native %.1f us, backend %.1f us an op"
-          % (statistics.median(ratios), boot[len(boot) // 20], boot[len(boot) * 19 // 20],
+          % (statistics.median(ratios), lo, hi,
              statistics.median(medians[NATIVE]) / 1e3, statistics.median(medians[BACKEND]) / 1e3))
     print()
     print("%-22s %10s %10s %8s | %10s %10s %8s" % ("threads (us an op)", "native CPU", "wait", "switches",
@@ -267,7 +266,7 @@ def main():
     if args.json:
         name = (lambda key: " ".join(key) if len(workers) > 1 else key[1])
         report = {"op": args.op, "torch": torch.__version__, "rounds": args.rounds, "ratio": statistics.median(ratios),
-                  "interval": [boot[len(boot) // 20], boot[len(boot) * 19 // 20]],
+                  "interval": [lo, hi],
                   "ns": {SIDES[s]: statistics.median(medians[s]) for s in (NATIVE, BACKEND)},
                   "threads": {SIDES[s]: {name(k): [v[0] / ops / 1e3, v[1] / ops / 1e3, v[2] / ops]
                                          for k, v in cpu[s].items()} for s in (NATIVE, BACKEND)},

@@ -457,12 +457,12 @@ def run_pair(argvs, ops, rounds):
     return figures
 
 
-def pairs_interval(ratios, resamplings=4000):
-    """Where the median of ratios falls in 90 % of resamplings of them (as
-    the report's interval resamples pairs)."""
+def median_interval(ratios, resamplings):
+    """Where the median of ratios falls in 90 % of resamplings of them: the
+    pairs' here (as the report resamples pairs), torchab.py's rounds."""
     rng = random.Random(0)
     medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamplings))
-    return medians[resamplings // 20], medians[resamplings - 1 - resamplings // 20]
+    return medians[resamplings // 20], medians[resamplings * 19 // 20]
 
 
 def main():
@@ -500,19 +500,20 @@ def main():
         pair(lambda: [["--worker"]], OPS, counts["--rounds"], "one-process", n, counts["--pairs"])
     for n in range(counts["--job-pairs"]):
         pair(job, [TRAIN_OP], counts["--job-rounds"], "training-job", n, counts["--job-pairs"])
+    ordered = OPS[:2] + [TRAIN_OP] + OPS[2:]
     if Side.aa:
         print("A/A, torch %s: native against native with the library loaded (the A/B build pointed at libtorch)"
               % version)
         print("| operation | loaded ns/op | torch ns/op | ratio | 90 % of resampled pairs |\n|---|---:|---:|---:|---|")
-        for name, key, _, _ in OPS[:2] + [TRAIN_OP] + OPS[2:]:
+        for name, key, _, _ in ordered:
             f = per_op[key]
-            lo, hi = pairs_interval(f["pairs"])
+            lo, hi = median_interval(f["pairs"], 4000)
             print("| %s | %.1f | %.1f | %.3f | %.3f-%.3f |" % (name, statistics.median(f["dac"]),
                   statistics.median(f["nat"]), statistics.median(f["pairs"]), lo, hi))
         return
     rows = []
     print("| operation | distautograd ns/op | torch ns/op | ratio |\n|---|---:|---:|---:|")
-    for name, key, _, _ in OPS[:2] + [TRAIN_OP] + OPS[2:]:
+    for name, key, _, _ in ordered:
         f = per_op[key]
         d, n, ratio = statistics.median(f["dac"]), statistics.median(f["nat"]), statistics.median(f["pairs"])
         rows.append({"level": "torch", "op": name, "threads": 1, "torch": version,

@@ -243,12 +243,12 @@ __attribute__((visibility("hidden"))) unsigned dat_resolve(unsigned index) {
 
 #ifdef DAT_AB
 /* The A/B build (make torch-ab: build/libdistautograd_torch_ab.so), for
-** bench/torchab.py and torchbench.py --aa, never a real job: one process alternates between
-** libtorch's own container and the backend, so that the two are compared
-** with everything else held fixed (the process, its threads' placement,
-** its heap), and times every public member (ab.S). Switching is safe only
-** while no context is live and no cleanup message is in flight: each side
-** keeps its own map and ids. */
+** bench/torchab.py and torchbench.py --aa, never a real job: one process
+** alternates between libtorch's own container and the backend, so that
+** the two are compared with everything else held fixed (the process, its
+** threads' placement, its heap), and times every public member (ab.S).
+** Switching is safe only while no context is live and no cleanup message
+** is in flight: each side keeps its own map and ids. */
 extern void *dat_ab_target[DAT_NSYMS];
 extern unsigned long dat_ab_ticks[2 * DAT_NSYMS];
 #define X_WDECL(i, name, sym) extern char dat_ab_wrap_##i[];
